@@ -1,0 +1,41 @@
+"""Shared plumbing for components that read a :class:`~ragkit.index.RagIndex`.
+
+A retriever is built either around an index object already in memory or around an index path
+(which is what ``to_dict`` records). Indexes opened by path are shared per process, so a dense
+and a sparse retriever over the same folder hold one copy of the chunk table.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ragkit.index import RagIndex
+
+_OPEN: dict[tuple[str, float], RagIndex] = {}
+_LOCK = threading.Lock()
+
+
+def open_index(path: str | Path) -> RagIndex:
+    path = Path(path).resolve()
+    manifest = path / "manifest.json"
+    key = (str(path), manifest.stat().st_mtime if manifest.exists() else 0.0)
+    with _LOCK:
+        if key not in _OPEN:
+            _OPEN[key] = RagIndex.load(path)
+        return _OPEN[key]
+
+
+class IndexHandle:
+    """Holds either an index or the path to lazily open it from."""
+
+    def __init__(self, index: RagIndex | None, index_path: str | None):
+        if index is None and index_path is None:
+            raise ValueError("give either index= (a RagIndex) or index_path= (a saved index folder)")
+        self._index = index
+        self.index_path = index_path if index_path is not None else (str(index.path) if index.path else None)
+
+    def get(self) -> RagIndex:
+        if self._index is None:
+            self._index = open_index(self.index_path)
+        return self._index

@@ -1,0 +1,132 @@
+"""One place that says which models and index settings ragkit uses.
+
+``RagConfig()`` is the offline default: the embedded all-MiniLM-L6-v2 embedder and the embedded
+Qwen2.5-Coder-1.5B GGUF through llama.cpp. Every field can be set in code, from a YAML file
+(:meth:`RagConfig.from_yaml`) or from ``RAGKIT_*`` environment variables (:meth:`RagConfig.from_env`),
+so the same notebook runs against an Ollama / vLLM / llama.cpp-server / OpenAI endpoint by changing
+configuration only::
+
+    RAGKIT_LLM_BACKEND=openai RAGKIT_OPENAI_BASE_URL=http://localhost:11434/v1 RAGKIT_LLM=qwen2.5:1.5b
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+LLMBackend = Literal["llama.cpp", "openai"]
+RetrievalMode = Literal["dense", "sparse", "hybrid"]
+
+DEFAULT_LLM = "qwen2.5-coder-1.5b"
+FAST_LLM = "qwen2.5-coder-0.5b"
+
+
+@dataclass
+class ModelConfig:
+    """Which embedder and which chat LLM to use."""
+
+    embedder: str = "all-MiniLM-L6-v2"  # embedded copy; or any sentence-transformers hub id / folder
+    llm_backend: LLMBackend = "llama.cpp"
+    llm: str = DEFAULT_LLM  # embedded name or .gguf path (llama.cpp), or the server's model name (openai)
+    openai_base_url: str | None = None  # e.g. http://localhost:11434/v1 for Ollama
+    openai_api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key (may be unset for local servers)
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: all cores
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+    timeout_s: float = 120.0  # remote endpoints only
+
+
+@dataclass
+class IndexConfig:
+    """How documents are cut into chunks."""
+
+    chunk_tokens: int = 200  # all-MiniLM-L6-v2 reads at most 256 word pieces; stay under it
+    chunk_overlap_tokens: int = 40
+    hierarchical: bool = False  # also keep parent blocks ("small to find, large to answer")
+    parent_words: int = 400
+    child_words: int = 100
+
+
+@dataclass
+class RagConfig:
+    models: ModelConfig = field(default_factory=ModelConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    retrieval_mode: RetrievalMode = "hybrid"
+    top_k: int = 5
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "RagConfig":
+        data = dict(data or {})
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown ragkit config keys: {sorted(unknown)}")
+        models = _build(ModelConfig, data.pop("models", None))
+        index = _build(IndexConfig, data.pop("index", None))
+        config = cls(models=models, index=index, **data)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "RagConfig":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(yaml.safe_load(fh))
+
+    @classmethod
+    def from_env(cls, base: "RagConfig | None" = None, environ: dict[str, str] | None = None) -> "RagConfig":
+        """``base`` (default: the defaults) overridden by any ``RAGKIT_*`` variables that are set."""
+        env = os.environ if environ is None else environ
+        config = dataclasses.replace(base) if base else cls()
+        config.models = dataclasses.replace(config.models)
+        for var, attr, cast in _ENV_VARS:
+            if env.get(var):
+                setattr(config.models, attr, cast(env[var]))
+        if env.get("RAGKIT_TOP_K"):
+            config.top_k = int(env["RAGKIT_TOP_K"])
+        if env.get("RAGKIT_RETRIEVAL"):
+            config.retrieval_mode = env["RAGKIT_RETRIEVAL"]  # type: ignore[assignment]
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.models.llm_backend not in ("llama.cpp", "openai"):
+            raise ValueError(f"llm_backend must be 'llama.cpp' or 'openai', not {self.models.llm_backend!r}")
+        if self.models.llm_backend == "openai" and not self.models.openai_base_url:
+            raise ValueError("llm_backend 'openai' needs openai_base_url (RAGKIT_OPENAI_BASE_URL)")
+        if self.retrieval_mode not in ("dense", "sparse", "hybrid"):
+            raise ValueError(f"retrieval_mode must be dense, sparse or hybrid, not {self.retrieval_mode!r}")
+        if self.top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if not 0 <= self.index.chunk_overlap_tokens < self.index.chunk_tokens:
+            raise ValueError("chunk_overlap_tokens must be >= 0 and smaller than chunk_tokens")
+
+
+_ENV_VARS = [
+    ("RAGKIT_EMBEDDER", "embedder", str),
+    ("RAGKIT_LLM_BACKEND", "llm_backend", str),
+    ("RAGKIT_LLM", "llm", str),
+    ("RAGKIT_OPENAI_BASE_URL", "openai_base_url", str),
+    ("RAGKIT_OPENAI_API_KEY_ENV", "openai_api_key_env", str),
+    ("RAGKIT_N_CTX", "n_ctx", int),
+    ("RAGKIT_THREADS", "n_threads", int),
+    ("RAGKIT_MAX_NEW_TOKENS", "max_new_tokens", int),
+]
+
+
+def _build(kind, data):
+    if data is None:
+        return kind()
+    known = {f.name for f in dataclasses.fields(kind)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"Unknown {kind.__name__} keys: {sorted(unknown)}")
+    return kind(**data)

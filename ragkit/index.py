@@ -1,0 +1,313 @@
+"""The on-disk index: one chunk table shared by a FAISS dense index and a bm25s sparse index.
+
+Layout of an index directory (format version :data:`INDEX_FORMAT_VERSION`)::
+
+    manifest.json    format, versions, embedder, dimension, sources, sha256 of every file below
+    chunks.jsonl     one chunk per line: id, content, meta, FAISS integer id
+    parents.jsonl    parent blocks of hierarchical chunking (may be empty)
+    dense.faiss      FAISS native IndexIDMap2(IndexFlatIP) over L2-normalised vectors (cosine)
+    sparse/          bm25s arrays (np.save, allow_pickle=False) + row → chunk id list
+
+Why faiss-cpu directly instead of faiss-haystack's ``FAISSDocumentStore``: that store keeps every
+chunk's embedding twice — in FAISS and as a Python ``list[float]`` on the Document (~12 KB a chunk,
+over 1 GB at 100k chunks) — and persists those embeddings as JSON text; it also has no sparse side.
+Here vectors live only in FAISS and both retrievers share one table of chunks.
+
+Saving is atomic (write a sibling folder, then swap), and loading verifies the manifest's format
+version, embedder and checksums before FAISS reads a byte: a corrupted or foreign index is refused
+with :class:`IndexError_` subclasses and a message that says what to do, never half-loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable
+
+import faiss
+import numpy as np
+from haystack import Document
+
+from ragkit.sparse import BM25sIndex
+
+INDEX_FORMAT_VERSION = 1
+_FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
+
+
+class IndexError_(RuntimeError):
+    """Base class for index problems (named with a trailing underscore: ``IndexError`` is a builtin)."""
+
+
+class IndexNotFoundError(IndexError_):
+    pass
+
+
+class IndexCorruptedError(IndexError_):
+    pass
+
+
+class IndexVersionError(IndexError_):
+    pass
+
+
+class EmbedderMismatchError(IndexError_):
+    pass
+
+
+@dataclass
+class SourceInfo:
+    sha256: str
+    chunks: int
+    indexed_at: float = field(default_factory=time.time)
+
+
+class RagIndex:
+    """Chunks with embeddings in, dense and sparse top-k out; persists to a directory.
+
+    Usage::
+
+        index = RagIndex(embedder="all-MiniLM-L6-v2", dim=384)
+        index.add(embedded_chunks)                  # Documents with .embedding and meta["source"]
+        index.dense_search(query_vector, top_k=5)   # Documents with .score (cosine)
+        index.sparse_search("tesla birthplace", 5)  # Documents with .score (BM25)
+        index.save(".ragkit/index"); RagIndex.load(".ragkit/index")
+    """
+
+    def __init__(self, embedder: str, dim: int, sparse_language: str = "english"):
+        self.embedder = embedder
+        self.dim = int(dim)
+        self.chunks: dict[str, Document] = {}
+        self.parents: dict[str, Document] = {}
+        self.sources: dict[str, SourceInfo] = {}
+        self._faiss_id: dict[str, int] = {}
+        self._chunk_at: dict[int, str] = {}
+        self._next_faiss_id = 0
+        self._dense = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        self._sparse = BM25sIndex(language=sparse_language)
+        self._sparse_stale = False
+        self.path: Path | None = None  # where it was last saved to or loaded from
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    # -- writing -----------------------------------------------------------------------------
+    def add(self, chunks: Iterable[Document], parents: Iterable[Document] = (), source_hashes: dict[str, str] | None = None) -> int:
+        """Add embedded chunks (their ids must be new). Returns how many were added.
+
+        Every chunk is checked before anything changes, so a bad batch leaves the index as it was.
+        """
+        chunks = list(chunks)
+        vectors = []
+        for doc in chunks:
+            if doc.embedding is None:
+                raise ValueError(f"chunk {doc.id} has no embedding; run it through an embedder first")
+            if len(doc.embedding) != self.dim:
+                raise EmbedderMismatchError(
+                    f"chunk {doc.id} has a {len(doc.embedding)}-d embedding; this index holds {self.dim}-d vectors "
+                    f"from {self.embedder}"
+                )
+            if doc.id in self.chunks:
+                raise ValueError(f"chunk {doc.id} is already in the index (delete its source first)")
+            vectors.append(doc.embedding)
+        if not chunks:
+            return 0
+        matrix = np.asarray(vectors, dtype="float32")
+        faiss.normalize_L2(matrix)
+        ids = np.arange(self._next_faiss_id, self._next_faiss_id + len(chunks), dtype="int64")
+        self._dense.add_with_ids(matrix, ids)
+        for doc, fid in zip(chunks, ids.tolist()):
+            self.chunks[doc.id] = replace(doc, embedding=None, score=None)
+            self._faiss_id[doc.id] = fid
+            self._chunk_at[fid] = doc.id
+        self._next_faiss_id += len(chunks)
+        for parent in parents:
+            self.parents[parent.id] = replace(parent, embedding=None, score=None)
+        counts: dict[str, int] = {}
+        for doc in chunks:
+            src = doc.meta.get("source", "")
+            counts[src] = counts.get(src, 0) + 1
+        for src, n in counts.items():
+            digest = (source_hashes or {}).get(src, "")
+            prev = self.sources.get(src)
+            self.sources[src] = SourceInfo(sha256=digest or (prev.sha256 if prev else ""), chunks=(prev.chunks if prev else 0) + n)
+        self._sparse_stale = True
+        return len(chunks)
+
+    def delete_source(self, source: str) -> int:
+        """Remove every chunk (and parent) of one source file. Returns how many chunks went."""
+        doomed = [cid for cid, doc in self.chunks.items() if doc.meta.get("source") == source]
+        if doomed:
+            fids = np.asarray([self._faiss_id.pop(cid) for cid in doomed], dtype="int64")
+            self._dense.remove_ids(fids)
+            for cid, fid in zip(doomed, fids.tolist()):
+                del self.chunks[cid]
+                del self._chunk_at[fid]
+            self._sparse_stale = True
+        for pid in [pid for pid, doc in self.parents.items() if doc.meta.get("source") == source]:
+            del self.parents[pid]
+        self.sources.pop(source, None)
+        return len(doomed)
+
+    # -- reading -----------------------------------------------------------------------------
+    def dense_search(self, query_embedding, top_k: int) -> list[Document]:
+        if top_k <= 0 or self._dense.ntotal == 0:
+            return []
+        query = np.asarray(query_embedding, dtype="float32").reshape(1, -1)
+        if query.shape[1] != self.dim:
+            raise EmbedderMismatchError(
+                f"query embedding has {query.shape[1]} dimensions; the index holds {self.dim}-d vectors from {self.embedder}"
+            )
+        faiss.normalize_L2(query)
+        scores, fids = self._dense.search(query, min(top_k, self._dense.ntotal))
+        return [
+            replace(self.chunks[self._chunk_at[fid]], score=float(score))
+            for score, fid in zip(scores[0].tolist(), fids[0].tolist())
+            if fid != -1
+        ]
+
+    def sparse_search(self, query: str, top_k: int) -> list[Document]:
+        self._refresh_sparse()
+        return [replace(self.chunks[cid], score=score) for cid, score in self._sparse.search(query, top_k)]
+
+    def _refresh_sparse(self) -> None:
+        if self._sparse_stale:
+            ids = list(self.chunks)
+            self._sparse.build(ids, [self.chunks[i].content or "" for i in ids])
+            self._sparse_stale = False
+
+    def get(self, ids: Iterable[str]) -> list[Document]:
+        """Chunks or parents by id (missing ids are skipped)."""
+        out = []
+        for i in ids:
+            doc = self.chunks.get(i) or self.parents.get(i)
+            if doc is not None:
+                out.append(doc)
+        return out
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the index to ``path`` atomically: readers see the old or the new index, never a mix."""
+        path = Path(path)
+        self._refresh_sparse()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            _write_jsonl(tmp / "chunks.jsonl", ({**_doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
+            _write_jsonl(tmp / "parents.jsonl", (_doc_record(d) for d in self.parents.values()))
+            faiss.write_index(self._dense, str(tmp / "dense.faiss"))
+            self._sparse.save(tmp / "sparse")
+            files = {rel: _sha256(tmp / rel) for rel in _FILES}
+            for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
+                files[f"sparse/bm25s/{extra.name}"] = _sha256(extra)
+            from ragkit import __version__
+
+            manifest = {
+                "format": "ragkit-index",
+                "format_version": INDEX_FORMAT_VERSION,
+                "ragkit_version": __version__,
+                "embedder": self.embedder,
+                "dim": self.dim,
+                "sparse_language": self._sparse.language,
+                "chunks": len(self.chunks),
+                "next_faiss_id": self._next_faiss_id,
+                "sources": {s: vars(info) for s, info in self.sources.items()},
+                "files": files,
+            }
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            self.path = path
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def exists(cls, path: str | Path) -> bool:
+        return (Path(path) / "manifest.json").is_file()
+
+    @classmethod
+    def load(cls, path: str | Path, expected_embedder: str | None = None) -> "RagIndex":
+        path = Path(path)
+        manifest_path = path / "manifest.json"
+        if not manifest_path.is_file():
+            raise IndexNotFoundError(f"No ragkit index at {path} (no manifest.json). Build one with: ragkit index <folder>")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexCorruptedError(f"{manifest_path} is not valid JSON ({exc}); rebuild the index with: ragkit index <folder> --rebuild") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != "ragkit-index":
+            raise IndexCorruptedError(f"{path} does not hold a ragkit index manifest")
+        if manifest.get("format_version") != INDEX_FORMAT_VERSION:
+            raise IndexVersionError(
+                f"Index at {path} has format version {manifest.get('format_version')} (written by ragkit "
+                f"{manifest.get('ragkit_version')}); this ragkit reads version {INDEX_FORMAT_VERSION}. "
+                "Rebuild it with: ragkit index <folder> --rebuild"
+            )
+        if expected_embedder is not None and manifest.get("embedder") != expected_embedder:
+            raise EmbedderMismatchError(
+                f"Index at {path} was built with embedder {manifest.get('embedder')!r} but {expected_embedder!r} "
+                "is configured; query vectors would not be comparable. Rebuild the index or change the embedder."
+            )
+        for rel, digest in manifest.get("files", {}).items():
+            file = path / rel
+            if not file.is_file() or _sha256(file) != digest:
+                raise IndexCorruptedError(
+                    f"Index file {file} is missing or corrupted (checksum mismatch); rebuild the index with: "
+                    "ragkit index <folder> --rebuild"
+                )
+        index = cls(embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"))
+        for record in _read_jsonl(path / "chunks.jsonl"):
+            fid = int(record.pop("faiss_id"))
+            doc = Document(**record)
+            index.chunks[doc.id] = doc
+            index._faiss_id[doc.id] = fid
+            index._chunk_at[fid] = doc.id
+        for record in _read_jsonl(path / "parents.jsonl"):
+            doc = Document(**record)
+            index.parents[doc.id] = doc
+        index._dense = faiss.read_index(str(path / "dense.faiss"))
+        if index._dense.ntotal != len(index.chunks) or index._dense.d != index.dim:
+            raise IndexCorruptedError(f"Index at {path}: FAISS holds {index._dense.ntotal} vectors for {len(index.chunks)} chunks")
+        index._sparse = BM25sIndex.load(path / "sparse")
+        if len(index._sparse) != len(index.chunks):
+            raise IndexCorruptedError(f"Index at {path}: sparse index rows do not match the chunk table")
+        index._next_faiss_id = int(manifest.get("next_faiss_id", len(index.chunks)))
+        index.sources = {s: SourceInfo(**info) for s, info in manifest.get("sources", {}).items()}
+        index.path = path
+        return index
+
+
+def _doc_record(doc: Document) -> dict:
+    return {"id": doc.id, "content": doc.content, "meta": doc.meta}
+
+
+def _write_jsonl(path: Path, records) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _read_jsonl(path: Path):
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

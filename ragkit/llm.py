@@ -1,0 +1,66 @@
+"""Build the chat generator and the embedders that a :class:`~ragkit.config.ModelConfig` names.
+
+Local GGUF models run in-process through llama-cpp-haystack's ``LlamaCppChatGenerator``; anything
+serving the OpenAI chat API (Ollama, vLLM, llama.cpp server, OpenAI) goes through Haystack's
+``OpenAIChatGenerator(api_base_url=...)``. The only network calls ragkit can make are to that
+configured endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+
+from haystack.utils import Secret
+
+from ragkit.config import ModelConfig
+from ragkit.models import resolve_embedder, resolve_gguf
+
+
+def build_chat_generator(models: ModelConfig, streaming_callback=None):
+    generation_kwargs = {"max_tokens": models.max_new_tokens, "temperature": models.temperature}
+    if models.llm_backend == "openai":
+        from haystack.components.generators.chat import OpenAIChatGenerator
+
+        # Local servers accept any key; OpenAI's client refuses to start without one.
+        key = Secret.from_env_var(models.openai_api_key_env) if os.environ.get(models.openai_api_key_env) else Secret.from_token("no-key-needed")
+        return OpenAIChatGenerator(
+            api_key=key,
+            model=models.llm,
+            api_base_url=models.openai_base_url,
+            generation_kwargs=generation_kwargs,
+            timeout=models.timeout_s,
+            max_retries=1,
+            streaming_callback=streaming_callback,
+        )
+
+    from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
+
+    path = resolve_gguf(models.llm)
+    return LlamaCppChatGenerator(
+        model=str(path),
+        n_ctx=models.n_ctx,
+        n_batch=512,
+        model_kwargs={"n_threads": models.n_threads or os.cpu_count() or 2, "verbose": False, "seed": models.seed},
+        generation_kwargs={**generation_kwargs, "seed": models.seed},
+        streaming_callback=streaming_callback,
+    )
+
+
+def _embedder_kwargs(models: ModelConfig) -> dict:
+    return {
+        "model": resolve_embedder(models.embedder),
+        "normalize_embeddings": True,
+        "local_files_only": os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False"),
+    }
+
+
+def build_document_embedder(models: ModelConfig, progress_bar: bool = True, batch_size: int = 32):
+    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder
+
+    return SentenceTransformersDocumentEmbedder(**_embedder_kwargs(models), progress_bar=progress_bar, batch_size=batch_size)
+
+
+def build_text_embedder(models: ModelConfig):
+    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+
+    return SentenceTransformersTextEmbedder(**_embedder_kwargs(models), progress_bar=False)

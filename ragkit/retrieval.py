@@ -1,0 +1,120 @@
+"""Dense, sparse and hybrid retrieval over a ragkit index, as a Haystack pipeline.
+
+Hybrid = FaissRetriever + BM25sRetriever, fused by Haystack's ``DocumentJoiner`` in
+``reciprocal_rank_fusion`` mode. The query embedding is its own stage (so its cost shows up in the
+trace and the latency benchmark can time retrieval with and without it). Indexes built with
+hierarchical chunking get Haystack's ``AutoMergingRetriever`` on top: when enough children of a
+parent block are retrieved, the parent replaces them ("small to find, large to answer").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from haystack import Document, Pipeline
+from haystack.components.joiners import DocumentJoiner
+
+from ragkit.components.dense_retriever import FaissRetriever
+from ragkit.components.sparse_retriever import BM25sRetriever
+from ragkit.config import ModelConfig, RetrievalMode
+from ragkit.index import RagIndex
+from ragkit.llm import build_text_embedder
+
+MAX_QUERY_CHARS = 4000
+
+
+class QueryError(ValueError):
+    """A question ragkit refuses to run: empty, or longer than :data:`MAX_QUERY_CHARS`."""
+
+
+def check_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError("The question is empty.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(
+            f"The question is {len(query):,} characters long; ragkit accepts at most {MAX_QUERY_CHARS:,}. "
+            "Put long material in a document and index it instead."
+        )
+    return query.strip()
+
+
+@dataclass
+class RetrievalResult:
+    documents: list[Document]
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds
+
+
+def candidate_depth(top_k: int) -> int:
+    """How deep each list goes before fusion: RRF needs more than top_k from each side."""
+    return max(3 * top_k, 30)
+
+
+class HybridRetriever:
+    """Query → documents, in any of the three modes, reusing one index and one embedder."""
+
+    def __init__(self, index: RagIndex, models: ModelConfig | None = None, embedder=None):
+        self.index = index
+        self.models = models or ModelConfig()
+        self._embedder = embedder
+        self.dense = FaissRetriever(index=index)
+        self.sparse = BM25sRetriever(index=index)
+        self.pipeline = Pipeline()
+        self.pipeline.add_component("dense", self.dense)
+        self.pipeline.add_component("sparse", self.sparse)
+        self.pipeline.add_component("joiner", DocumentJoiner(join_mode="reciprocal_rank_fusion"))
+        self.pipeline.connect("dense.documents", "joiner.documents")
+        self.pipeline.connect("sparse.documents", "joiner.documents")
+        self._merger = None
+        if index.parents:
+            from haystack.components.retrievers import AutoMergingRetriever
+            from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+            store = InMemoryDocumentStore()
+            store.write_documents(list(index.parents.values()))
+            self._merger = AutoMergingRetriever(document_store=store, threshold=0.5)
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = build_text_embedder(self.models)
+            self._embedder.warm_up()
+        return self._embedder
+
+    def embed(self, query: str) -> list[float]:
+        return self.embedder.run(text=query)["embedding"]
+
+    def retrieve(
+        self, query: str, top_k: int = 5, mode: RetrievalMode = "hybrid", query_embedding: list[float] | None = None
+    ) -> RetrievalResult:
+        query = check_query(query)
+        timings: dict[str, float] = {}
+        if len(self.index) == 0:
+            return RetrievalResult([], timings)
+        if mode != "sparse" and query_embedding is None:
+            t0 = time.perf_counter()
+            query_embedding = self.embed(query)
+            timings["embed"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if mode == "dense":
+            docs = self.dense.run(query_embedding=query_embedding, top_k=top_k)["documents"]
+        elif mode == "sparse":
+            docs = self.sparse.run(query=query, top_k=top_k)["documents"]
+        elif mode == "hybrid":
+            depth = candidate_depth(top_k)
+            out = self.pipeline.run(
+                {
+                    "dense": {"query_embedding": query_embedding, "top_k": depth},
+                    "sparse": {"query": query, "top_k": depth},
+                    "joiner": {"top_k": top_k},
+                }
+            )
+            docs = out["joiner"]["documents"]
+        else:
+            raise ValueError(f"retrieval mode must be dense, sparse or hybrid, not {mode!r}")
+        timings["retrieve"] = time.perf_counter() - t0
+        if self._merger is not None and docs:
+            t0 = time.perf_counter()
+            docs = self._merger.run(documents=docs)["documents"]
+            timings["merge"] = time.perf_counter() - t0
+        return RetrievalResult(docs, timings)
