@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, console)
     except (IndexError_, IngestError, MissingModelError, QueryError, ValueError) as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}")
         return 2
 
 

@@ -52,6 +52,7 @@ class IndexConfig:
     hierarchical: bool = False  # also keep parent blocks ("small to find, large to answer")
     parent_words: int = 400
     child_words: int = 100
+    merge_threshold: float = 0.5  # share of a parent's children that must be retrieved to answer from the parent
 
 
 @dataclass

@@ -1,0 +1,43 @@
+import json
+
+import pytest
+
+from conftest import SAMPLE_DOCS
+from ragkit.cli import build_parser, main
+
+pytestmark = pytest.mark.integration
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert all(cmd in out for cmd in ("index", "ask", "info"))
+
+
+def test_index_then_info(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RAGKIT_LLM", "qwen2.5-coder-0.5b")
+    assert main(["index", str(SAMPLE_DOCS / "wikipedia"), "--index-dir", str(tmp_path / "idx"), "--quiet"]) == 0
+    assert "6 file(s)" in capsys.readouterr().out
+    assert main(["info", "--index-dir", str(tmp_path / "idx")]) == 0
+    assert "wikipedia" not in capsys.readouterr().err
+
+
+def test_errors_are_one_line_not_a_traceback(tmp_path, capsys):
+    assert main(["ask", "anything", "--index-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "No ragkit index" in err and "Traceback" not in err
+    assert main(["index", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.llm
+def test_ask_prints_answer_sources_and_latency(sample_index_dir, capsys, monkeypatch):
+    monkeypatch.setenv("RAGKIT_LLM", "qwen2.5-coder-0.5b")
+    monkeypatch.setenv("RAGKIT_MAX_NEW_TOKENS", "48")
+    assert main(["ask", "Which team won Super Bowl 50?", "--index-dir", str(sample_index_dir), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "Broncos" in out["answer"]
+    assert out["sources"][0]["source"] == "wikipedia/Super_Bowl_50.md"
+    assert {"embed", "retrieve", "generate"} <= set(out["timings_s"])

@@ -1,0 +1,46 @@
+import pytest
+
+from ragkit.config import RagConfig
+
+
+def test_defaults_are_the_offline_embedded_models():
+    config = RagConfig()
+    assert config.models.llm_backend == "llama.cpp"
+    assert config.models.llm == "qwen2.5-coder-1.5b"
+    assert config.models.embedder == "all-MiniLM-L6-v2"
+    assert config.retrieval_mode == "hybrid"
+
+
+def test_yaml_round_trip(tmp_path):
+    path = tmp_path / "ragkit.yaml"
+    path.write_text(
+        "models:\n  llm_backend: openai\n  llm: qwen2.5:1.5b\n  openai_base_url: http://localhost:11434/v1\n"
+        "index:\n  chunk_tokens: 120\n  chunk_overlap_tokens: 20\ntop_k: 7\nretrieval_mode: sparse\n"
+    )
+    config = RagConfig.from_yaml(path)
+    assert config.models.llm_backend == "openai" and config.models.openai_base_url.endswith("/v1")
+    assert config.index.chunk_tokens == 120 and config.top_k == 7 and config.retrieval_mode == "sparse"
+    assert RagConfig.from_dict(config.to_dict()) == config
+
+
+def test_environment_overrides():
+    env = {"RAGKIT_LLM_BACKEND": "openai", "RAGKIT_OPENAI_BASE_URL": "http://127.0.0.1:8080/v1", "RAGKIT_LLM": "x", "RAGKIT_TOP_K": "3"}
+    config = RagConfig.from_env(environ=env)
+    assert (config.models.llm_backend, config.models.llm, config.top_k) == ("openai", "x", 3)
+    assert RagConfig().models.llm_backend == "llama.cpp"  # defaults untouched
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"models": {"llm_backend": "openai"}}, "openai_base_url"),
+        ({"retrieval_mode": "fuzzy"}, "retrieval_mode"),
+        ({"top_k": 0}, "top_k"),
+        ({"index": {"chunk_tokens": 50, "chunk_overlap_tokens": 50}}, "chunk_overlap_tokens"),
+        ({"colour": "blue"}, "Unknown"),
+        ({"models": {"size": 3}}, "Unknown ModelConfig"),
+    ],
+)
+def test_invalid_config_is_a_clear_error(data, message):
+    with pytest.raises(ValueError, match=message):
+        RagConfig.from_dict(data)

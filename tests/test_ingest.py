@@ -1,0 +1,57 @@
+import pytest
+
+from conftest import SAMPLE_DOCS
+from ragkit.ingest import IngestError, load_files
+
+
+def test_sample_docs_all_load_with_metadata():
+    report = load_files(SAMPLE_DOCS)
+    assert report.skipped == []
+    by_type = {f.document.meta["file_type"] for f in report.files}
+    assert by_type == {"markdown", "text", "pdf", "html"}
+    tesla = next(f for f in report.files if f.source == "wikipedia/Nikola_Tesla.md")
+    assert tesla.document.meta["title"] == "Nikola Tesla"
+    html = next(f for f in report.files if f.source.endswith("tutorial_datastructures.html"))
+    assert "¶" not in html.document.content and "<script" not in html.document.content
+    assert "list.append" in html.document.content
+    pdf = next(f for f in report.files if f.source.endswith(".pdf"))
+    assert pdf.document.content.count("\f") >= 1  # page breaks survive for page metadata
+    assert "lru_cache" in pdf.document.content
+
+
+@pytest.fixture
+def messy_folder(tmp_path):
+    (tmp_path / "good.md").write_text("# Good\n\nThe Rhine flows into the North Sea.\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("   \n\n  ")
+    (tmp_path / "binary.txt").write_bytes(b"\x00\x01\x02\x03" * 100)
+    (tmp_path / "latin1.md").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage" + b"\x00" * 50)
+    (tmp_path / "fake.pdf").write_text("this is not a pdf")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "secret.md").write_text("# hidden")
+    return tmp_path
+
+
+def test_bad_files_are_reported_with_a_reason_and_good_ones_still_load(messy_folder):
+    report = load_files(messy_folder)
+    assert [f.source for f in report.files] == ["good.md"]
+    reasons = dict(report.skipped)
+    assert reasons["empty.txt"] == "empty file"
+    assert reasons["blank.txt"] == "no extractable text"
+    assert "binary" in reasons["binary.txt"]
+    assert "not UTF-8" in reasons["latin1.md"]
+    assert "PDF" in reasons["broken.pdf"]
+    assert "not a PDF" in reasons["fake.pdf"]
+    assert "image.png" not in reasons and ".hidden/secret.md" not in reasons  # not a supported type / hidden
+
+
+def test_empty_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(IngestError, match="no supported files"):
+        load_files(tmp_path)
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(IngestError, match="does not exist"):
+        load_files(tmp_path / "nope")
