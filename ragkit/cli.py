@@ -78,6 +78,8 @@ def cmd_ask(args, console) -> int:
     latency.add_column("ms", justify="right")
     for stage, seconds in answer.timings.items():
         latency.add_row(stage, f"{seconds * 1000:.1f}")
+    if answer.warm_seconds != answer.total_seconds:
+        latency.add_row("total without model loading", f"{answer.warm_seconds * 1000:.1f}")
     latency.add_row("[bold]total[/]", f"[bold]{answer.total_seconds * 1000:.1f}[/]")
     console.print(latency)
     if answer.usage:

@@ -1,0 +1,146 @@
+"""Constrained LLM calls that never crash the pipeline.
+
+Small local models break free-text parsing, so every ragkit LLM call asks the backend to make only
+valid output possible: a GBNF grammar for llama.cpp (a choice of labels, a list of scores), a JSON
+schema ``response_format`` for OpenAI-compatible servers. Whatever still goes wrong — the LLM
+raises, times out, or returns something the parser refuses — comes back as an :class:`LLMReply`
+with ``ok=False`` and a reason, recorded on the trace as a fallback for the caller to act on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from haystack.dataclasses import ChatMessage
+
+from ragkit.trace import record
+
+
+@dataclass
+class LLMReply:
+    ok: bool
+    value: Any = None
+    text: str | None = None
+    error: str | None = None  # "llm_error: …" or "parse_failed: …"
+    seconds: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def backend_of(generator: Any) -> str:
+    name = type(generator).__name__
+    if name == "LlamaCppChatGenerator":
+        return "llama.cpp"
+    if "OpenAI" in name:
+        return "openai"
+    return "other"
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text)  # GBNF string literals use JSON escaping
+
+
+def choice_constraint(generator: Any, labels: list[str]) -> dict[str, Any]:
+    """generation_kwargs that let the model emit exactly one of ``labels``."""
+    kind = backend_of(generator)
+    if kind == "llama.cpp":
+        from llama_cpp import LlamaGrammar
+
+        grammar = "root ::= " + " | ".join(_gbnf_literal(label) for label in labels)
+        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
+    if kind == "openai":
+        schema = {"type": "object", "properties": {"label": {"type": "string", "enum": labels}}, "required": ["label"], "additionalProperties": False}
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "label", "strict": True, "schema": schema}}}
+    return {}
+
+
+def parse_choice(text: str, labels: list[str]) -> str:
+    """The label in ``text`` (bare, quoted, or as {"label": …}); ValueError if there is none or several."""
+    stripped = text.strip().strip("`").strip()
+    try:
+        loaded = json.loads(stripped)
+        if isinstance(loaded, dict):
+            loaded = loaded.get("label", "")
+        stripped = str(loaded).strip()
+    except (json.JSONDecodeError, TypeError):
+        pass
+    for label in labels:
+        if stripped.upper() == label.upper():
+            return label
+    found = {label for label in labels if re.search(rf"\b{re.escape(label)}\b", stripped, re.IGNORECASE)}
+    if len(found) == 1:
+        return found.pop()
+    raise ValueError(f"expected one of {labels}, got {text[:80]!r}")
+
+
+def int_list_constraint(generator: Any, n: int, low: int = 0, high: int = 10) -> dict[str, Any]:
+    """generation_kwargs for exactly ``n`` integers in [low, high] as a JSON array."""
+    kind = backend_of(generator)
+    if kind == "llama.cpp" and low == 0 and high == 10:
+        from llama_cpp import LlamaGrammar
+
+        items = ' "," '.join(["score"] * n) if n else ""
+        grammar = f'root ::= "[" {items} "]"\nscore ::= "10" | [0-9]'
+        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
+    if kind == "openai":
+        schema = {
+            "type": "object",
+            "properties": {"scores": {"type": "array", "items": {"type": "integer", "minimum": low, "maximum": high}, "minItems": n, "maxItems": n}},
+            "required": ["scores"],
+            "additionalProperties": False,
+        }
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "scores", "strict": True, "schema": schema}}}
+    return {}
+
+
+def parse_int_list(text: str, n: int, low: int = 0, high: int = 10) -> list[int]:
+    stripped = text.strip()
+    try:
+        loaded = json.loads(stripped)
+    except json.JSONDecodeError:
+        match = re.search(r"\[[^\]]*\]", stripped)
+        if not match:
+            raise ValueError(f"no list of scores in {text[:80]!r}") from None
+        loaded = json.loads(match.group(0))
+    if isinstance(loaded, dict):
+        loaded = loaded.get("scores")
+    if not isinstance(loaded, list) or len(loaded) != n:
+        raise ValueError(f"expected {n} scores, got {text[:80]!r}")
+    scores = []
+    for value in loaded:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"score {value!r} is not a number in [{low}, {high}]")
+        scores.append(int(round(value)))
+    return scores
+
+
+def call_llm(
+    generator: Any,
+    messages: list[ChatMessage],
+    parse: Callable[[str], Any],
+    generation_kwargs: dict[str, Any] | None = None,
+    step: str = "llm",
+) -> LLMReply:
+    """Run one chat call, parse its reply, and record calls, tokens and any fallback on the trace."""
+    t0 = time.perf_counter()
+    kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+    try:
+        reply = generator.run(messages=messages, **kwargs)["replies"][0]
+    except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
+        error = f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+        record(llm_calls=1, fallback=f"{step}: {error}", error=error)
+        return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
+    record(llm_calls=1, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0))
+    text = reply.text or ""
+    try:
+        value = parse(text)
+    except (ValueError, TypeError, KeyError) as exc:
+        error = f"parse_failed: {exc}"
+        record(fallback=f"{step}: {error}")
+        return LLMReply(ok=False, text=text, error=error, seconds=seconds, usage=usage)
+    return LLMReply(ok=True, value=value, text=text, seconds=seconds, usage=usage)

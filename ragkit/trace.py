@@ -1,0 +1,186 @@
+"""A per-question record of every pipeline step, collected through Haystack's tracing API.
+
+``RagkitTracer`` is a ``haystack.tracing.Tracer``: enable it and every ``Pipeline.run`` — ragkit's
+or one a user assembled — reports each component run as a :class:`Step` (wall time, documents in
+and out with scores). ragkit components add what only they know through :func:`record`: LLM calls,
+prompt/completion tokens, decisions, and fallbacks (an LLM reply that could not be parsed, an LLM
+that raised). Haystack ships an OpenTelemetry/Datadog/logging tracer but nothing that keeps spans
+in memory for a notebook to show, which is why this one exists.
+
+Usage::
+
+    tracer = RagkitTracer()
+    with tracer.collect() as trace:
+        pipeline.run(...)
+    trace.table()   # list of dicts, one per step
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from haystack import tracing
+from haystack.dataclasses import Document
+
+_PREFIX = "ragkit."
+
+
+@dataclass
+class Step:
+    name: str
+    component: str = ""
+    seconds: float = 0.0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_reused: int = 0
+    docs_in: list[tuple[str, float | None]] = field(default_factory=list)
+    docs_out: list[tuple[str, float | None]] = field(default_factory=list)
+    decision: dict[str, Any] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "stage": self.name,
+            "ms": round(self.seconds * 1000, 1),
+            "llm_calls": self.llm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "docs": f"{len(self.docs_in)} → {len(self.docs_out)}" if (self.docs_in or self.docs_out) else "",
+            "decision": ", ".join(f"{k}={v}" for k, v in self.decision.items()),
+            "fallbacks": "; ".join(self.fallbacks),
+            "error": self.error or "",
+        }
+
+
+@dataclass
+class Trace:
+    steps: list[Step] = field(default_factory=list)
+
+    def add(self, step: Step) -> Step:
+        self.steps.append(step)
+        return step
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(s.llm_calls for s in self.steps)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.steps)
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return [f"{s.name}: {f}" for s in self.steps for f in s.fallbacks]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    def table(self) -> list[dict[str, Any]]:
+        return [s.row() for s in self.steps]
+
+
+def _doc_list(value: Any) -> list[tuple[str, float | None]]:
+    if isinstance(value, list) and all(isinstance(d, Document) for d in value):
+        return [(d.id, d.score) for d in value]
+    return []
+
+
+class _Span(tracing.Span):
+    def __init__(self, operation: str, tags: dict[str, Any] | None):
+        self.operation = operation
+        self.tags: dict[str, Any] = dict(tags or {})
+        self.started = time.perf_counter()
+
+    def set_tag(self, key: str, value: Any) -> None:
+        if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused")):
+            self.tags[key] += value  # counters accumulate over several LLM calls in one step
+        elif key == _PREFIX + "fallback":
+            self.tags.setdefault(key, []).append(value)
+        elif key == _PREFIX + "decision" and isinstance(value, dict):
+            self.tags.setdefault(key, {}).update(value)
+        else:
+            self.tags[key] = value
+
+    def to_step(self) -> Step:
+        tags = self.tags
+        step = Step(
+            name=tags.get("haystack.component.name", self.operation),
+            component=tags.get("haystack.component.type", ""),
+            seconds=time.perf_counter() - self.started,
+            llm_calls=int(tags.get(_PREFIX + "llm_calls", 0)),
+            prompt_tokens=int(tags.get(_PREFIX + "prompt_tokens", 0)),
+            completion_tokens=int(tags.get(_PREFIX + "completion_tokens", 0)),
+            prompt_tokens_reused=int(tags.get(_PREFIX + "prompt_tokens_reused", 0)),
+            decision=dict(tags.get(_PREFIX + "decision", {})),
+            fallbacks=list(tags.get(_PREFIX + "fallback", [])),
+            error=tags.get(_PREFIX + "error"),
+        )
+        inputs = tags.get("haystack.component.input") or {}
+        outputs = tags.get("haystack.component.output") or {}
+        step.docs_in = _doc_list(inputs.get("documents")) if isinstance(inputs, dict) else []
+        step.docs_out = _doc_list(outputs.get("documents")) if isinstance(outputs, dict) else []
+        return step
+
+
+class RagkitTracer(tracing.Tracer):
+    """Keeps component spans of the current thread's :meth:`collect` block as :class:`Step` s."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _stack(self) -> list[_Span]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
+    @contextlib.contextmanager
+    def trace(self, operation_name: str, tags: dict[str, Any] | None = None, parent_span: tracing.Span | None = None) -> Iterator[tracing.Span]:
+        span = _Span(operation_name, tags)
+        stack = self._stack()
+        stack.append(span)
+        try:
+            yield span
+        finally:
+            stack.pop()
+            trace = getattr(self._local, "trace", None)
+            if trace is not None and operation_name == "haystack.component.run":
+                trace.add(span.to_step())
+
+    def current_span(self) -> tracing.Span | None:
+        stack = self._stack()
+        return stack[-1] if stack else None
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[Trace]:
+        """Enable this tracer (with content tracing, for the documents) and gather a Trace."""
+        previous = tracing.tracer.actual_tracer
+        previous_content = tracing.tracer.is_content_tracing_enabled
+        tracing.enable_tracing(self)
+        tracing.tracer.is_content_tracing_enabled = True
+        self._local.trace = Trace()
+        try:
+            yield self._local.trace
+        finally:
+            self._local.trace = None
+            tracing.tracer.actual_tracer = previous
+            tracing.tracer.is_content_tracing_enabled = previous_content
+
+
+def record(**tags: Any) -> None:
+    """Attach ragkit facts to the current step: ``record(llm_calls=1, prompt_tokens=310,
+    decision={"route": "FACTUAL"}, fallback="router: parse_failed")``. A no-op without a tracer."""
+    span = tracing.tracer.current_span()
+    if span is None:
+        return
+    for key, value in tags.items():
+        span.set_tag(_PREFIX + key, value)
