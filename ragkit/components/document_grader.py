@@ -1,0 +1,123 @@
+"""DocumentGrader: score every retrieved chunk 0–10 for relevance and drop those under a threshold.
+
+``backend="llm"`` grades the whole batch in ONE call (naive agentic RAG grades chunk by chunk: one
+call per chunk). The chunks sit in the shared sources prefix (see :mod:`ragkit.prompts`) so the
+answering call that follows reuses llama.cpp's cache, and a grammar forces the reply to be exactly
+``[s1,s2,…]`` with one integer 0–10 per chunk. ``backend="embedding"`` needs no LLM: the cosine
+similarity between question and chunk, mapped linearly onto 0–10 (``cosine * 10``, clipped).
+
+A reply that cannot be parsed keeps every chunk and says so (``grading["fallback"]``); grading
+never empties the context by accident. Set ``min_keep`` to always keep the best few.
+
+Usage::
+
+    grader = DocumentGrader(backend="llm", generator=llm, threshold=4)
+    out = grader.run(query="Where was Tesla born?", documents=docs)
+    out["documents"], out["grading"]["scores"], out["grading"]["dropped"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from ragkit.prompts import context_messages
+from ragkit.structured import call_llm, int_list_constraint, parse_int_list
+from ragkit.trace import record
+
+GraderBackend = Literal["llm", "embedding"]
+
+
+def grade_task(question: str, n: int) -> str:
+    return (
+        f"Task: rate how useful each of the {n} sources is for answering the question, from 0 (unrelated) to "
+        f"10 (directly answers it). Reply with a JSON list of {n} integers in source order, nothing else.\n"
+        f"Question: {question}"
+    )
+
+
+@component
+class DocumentGrader:
+    def __init__(
+        self,
+        backend: GraderBackend = "llm",
+        generator: Any = None,
+        threshold: float = 4.0,
+        min_keep: int = 1,
+        embedder_model: str = "all-MiniLM-L6-v2",
+        max_chars_per_doc: int | None = None,
+    ):
+        if backend not in ("llm", "embedding"):
+            raise ValueError(f"backend must be llm or embedding, not {backend!r}")
+        if backend == "llm" and generator is None:
+            raise ValueError("the llm backend needs a chat generator")
+        self.backend = backend
+        self.generator = generator
+        self.threshold = threshold
+        self.min_keep = min_keep
+        self.embedder_model = embedder_model
+        self.max_chars_per_doc = max_chars_per_doc
+        self._embedder = None
+
+    def warm_up(self) -> None:
+        if self.backend == "embedding" and self._embedder is None:
+            from ragkit.config import ModelConfig
+            from ragkit.llm import build_text_embedder
+
+            self._embedder = build_text_embedder(ModelConfig(embedder=self.embedder_model))
+            self._embedder.warm_up()
+        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, backend=self.backend, generator=self.generator.to_dict() if self.generator is not None else None,
+            threshold=self.threshold, min_keep=self.min_keep, embedder_model=self.embedder_model,
+            max_chars_per_doc=self.max_chars_per_doc,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DocumentGrader":
+        if data.get("init_parameters", {}).get("generator"):
+            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
+        return default_from_dict(cls, data)
+
+    def _llm_scores(self, query: str, documents: list[Document]) -> tuple[list[float] | None, str | None]:
+        n = len(documents)
+        messages = context_messages(documents, grade_task(query, n), self.max_chars_per_doc)
+        kwargs = {**int_list_constraint(self.generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}
+        reply = call_llm(self.generator, messages, lambda text: parse_int_list(text, n), kwargs, step="grader")
+        return (list(map(float, reply.value)), None) if reply.ok else (None, reply.error)
+
+    def _embedding_scores(self, query: str, documents: list[Document]) -> list[float]:
+        model = self._embedder.embedding_backend
+        vectors = np.asarray(model.embed([query] + [d.content or "" for d in documents], normalize_embeddings=True, show_progress_bar=False))
+        cosines = vectors[1:] @ vectors[0]
+        return [float(np.clip(c * 10.0, 0.0, 10.0)) for c in cosines]
+
+    @component.output_types(documents=list[Document], grading=dict)
+    def run(self, query: str, documents: list[Document], threshold: float | None = None) -> dict[str, Any]:
+        threshold = self.threshold if threshold is None else threshold
+        grading: dict[str, Any] = {"backend": self.backend, "threshold": threshold}
+        if not documents:
+            return {"documents": [], "grading": {**grading, "scores": [], "dropped": []}}
+        self.warm_up()
+        if self.backend == "llm":
+            scores, error = self._llm_scores(query, documents)
+            if scores is None:
+                grading.update(scores=[None] * len(documents), dropped=[], fallback=error)
+                record(decision={"kept": len(documents), "dropped": 0})
+                return {"documents": list(documents), "grading": grading}
+        else:
+            scores = self._embedding_scores(query, documents)
+        order = sorted(range(len(documents)), key=lambda i: scores[i], reverse=True)
+        keep = {i for i in range(len(documents)) if scores[i] >= threshold} | set(order[: self.min_keep])
+        kept = [replace(documents[i], meta={**documents[i].meta, "grade": scores[i]}) for i in range(len(documents)) if i in keep]
+        dropped = [{"id": documents[i].id, "source": documents[i].meta.get("source"), "grade": scores[i]} for i in range(len(documents)) if i not in keep]
+        grading.update(scores=[round(s, 2) for s in scores], dropped=dropped)
+        record(decision={"kept": len(kept), "dropped": len(dropped)})
+        return {"documents": kept, "grading": grading}
