@@ -61,6 +61,7 @@ class RagConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     retrieval_mode: RetrievalMode = "hybrid"
     top_k: int = 5
+    hybrid_sparse_weight: float = 0.8  # BM25's weight in rank fusion; see ragkit.retrieval.DEFAULT_SPARSE_WEIGHT
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +106,8 @@ class RagConfig:
             raise ValueError("llm_backend 'openai' needs openai_base_url (RAGKIT_OPENAI_BASE_URL)")
         if self.retrieval_mode not in ("dense", "sparse", "hybrid"):
             raise ValueError(f"retrieval_mode must be dense, sparse or hybrid, not {self.retrieval_mode!r}")
+        if not 0.0 < self.hybrid_sparse_weight < 1.0:
+            raise ValueError("hybrid_sparse_weight must be between 0 and 1 (exclusive)")
         if self.top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not 0 <= self.index.chunk_overlap_tokens < self.index.chunk_tokens:

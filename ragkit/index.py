@@ -5,7 +5,8 @@ Layout of an index directory (format version :data:`INDEX_FORMAT_VERSION`)::
     manifest.json    format, versions, embedder, dimension, sources, sha256 of every file below
     chunks.jsonl     one chunk per line: id, content, meta, FAISS integer id
     parents.jsonl    parent blocks of hierarchical chunking (may be empty)
-    dense.faiss      FAISS native IndexIDMap2(IndexFlatIP) over L2-normalised vectors (cosine)
+    dense.faiss      FAISS native IndexIDMap2 over L2-normalised vectors (cosine): exact IndexFlatIP, or
+                     IndexHNSWFlat once an "auto" index passes HNSW_THRESHOLD chunks
     sparse/          bm25s arrays (np.save, allow_pickle=False) + row → chunk id list
 
 Why faiss-cpu directly instead of faiss-haystack's ``FAISSDocumentStore``: that store keeps every
@@ -37,6 +38,12 @@ from haystack import Document
 from ragkit.sparse import BM25sIndex
 
 INDEX_FORMAT_VERSION = 1
+# Exact search scans every vector: ~0.15 ms per 1k chunks of 384-d on one core, memory-bound.
+# Past this size an "auto" index switches to HNSW (graph search, ~1 ms at 100k, recall ~0.99).
+HNSW_THRESHOLD = 50_000
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 80
+HNSW_EF_SEARCH = 96
 _FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
 
 
@@ -79,22 +86,53 @@ class RagIndex:
         index.save(".ragkit/index"); RagIndex.load(".ragkit/index")
     """
 
-    def __init__(self, embedder: str, dim: int, sparse_language: str = "english"):
+    def __init__(self, embedder: str, dim: int, sparse_language: str = "english", dense_index: str = "auto"):
+        if dense_index not in ("auto", "flat", "hnsw"):
+            raise ValueError(f"dense_index must be auto, flat or hnsw, not {dense_index!r}")
         self.embedder = embedder
         self.dim = int(dim)
+        self.dense_index = dense_index
         self.chunks: dict[str, Document] = {}
         self.parents: dict[str, Document] = {}
         self.sources: dict[str, SourceInfo] = {}
         self._faiss_id: dict[str, int] = {}
         self._chunk_at: dict[int, str] = {}
         self._next_faiss_id = 0
-        self._dense = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        self._dense = self._new_dense(hnsw=dense_index == "hnsw")
         self._sparse = BM25sIndex(language=sparse_language)
         self._sparse_stale = False
         self.path: Path | None = None  # where it was last saved to or loaded from
 
     def __len__(self) -> int:
         return len(self.chunks)
+
+    # -- dense index kind ----------------------------------------------------------------------
+    def _new_dense(self, hnsw: bool):
+        if not hnsw:
+            return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        graph = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        return faiss.IndexIDMap2(graph)
+
+    @property
+    def is_hnsw(self) -> bool:
+        return isinstance(faiss.downcast_index(self._dense.index), faiss.IndexHNSW)
+
+    def _rebuild_dense(self, hnsw: bool, drop: set[int] = frozenset()) -> None:
+        """Re-create the FAISS index from its own stored vectors (HNSW cannot remove, and an
+        "auto" index changes kind as it grows)."""
+        ids = faiss.vector_to_array(self._dense.id_map).astype("int64")
+        vectors = self._dense.index.reconstruct_n(0, self._dense.ntotal) if self._dense.ntotal else np.zeros((0, self.dim), "float32")
+        if drop:
+            keep = np.array([i not in drop for i in ids.tolist()], dtype=bool)
+            ids, vectors = ids[keep], vectors[keep]
+        fresh = self._new_dense(hnsw)
+        if len(ids):
+            fresh.add_with_ids(np.ascontiguousarray(vectors, dtype="float32"), ids)
+        self._dense = fresh
+
+    def _wants_hnsw(self) -> bool:
+        return self.dense_index == "hnsw" or (self.dense_index == "auto" and len(self.chunks) > HNSW_THRESHOLD)
 
     # -- writing -----------------------------------------------------------------------------
     def add(self, chunks: Iterable[Document], parents: Iterable[Document] = (), source_hashes: dict[str, str] | None = None) -> int:
@@ -126,6 +164,8 @@ class RagIndex:
             self._faiss_id[doc.id] = fid
             self._chunk_at[fid] = doc.id
         self._next_faiss_id += len(chunks)
+        if self._wants_hnsw() and not self.is_hnsw:
+            self._rebuild_dense(hnsw=True)
         for parent in parents:
             self.parents[parent.id] = replace(parent, embedding=None, score=None)
         counts: dict[str, int] = {}
@@ -144,7 +184,10 @@ class RagIndex:
         doomed = [cid for cid, doc in self.chunks.items() if doc.meta.get("source") == source]
         if doomed:
             fids = np.asarray([self._faiss_id.pop(cid) for cid in doomed], dtype="int64")
-            self._dense.remove_ids(fids)
+            if self.is_hnsw:
+                self._rebuild_dense(hnsw=True, drop=set(fids.tolist()))
+            else:
+                self._dense.remove_ids(fids)
             for cid, fid in zip(doomed, fids.tolist()):
                 del self.chunks[cid]
                 del self._chunk_at[fid]
@@ -164,7 +207,10 @@ class RagIndex:
                 f"query embedding has {query.shape[1]} dimensions; the index holds {self.dim}-d vectors from {self.embedder}"
             )
         faiss.normalize_L2(query)
-        scores, fids = self._dense.search(query, min(top_k, self._dense.ntotal))
+        k = min(top_k, self._dense.ntotal)
+        if self.is_hnsw:
+            faiss.downcast_index(self._dense.index).hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
+        scores, fids = self._dense.search(query, k)
         return [
             replace(self.chunks[self._chunk_at[fid]], score=float(score))
             for score, fid in zip(scores[0].tolist(), fids[0].tolist())
@@ -214,6 +260,7 @@ class RagIndex:
                 "embedder": self.embedder,
                 "dim": self.dim,
                 "sparse_language": self._sparse.language,
+                "dense_index": self.dense_index,
                 "chunks": len(self.chunks),
                 "next_faiss_id": self._next_faiss_id,
                 "sources": {s: vars(info) for s, info in self.sources.items()},
@@ -266,7 +313,10 @@ class RagIndex:
                     f"Index file {file} is missing or corrupted (checksum mismatch); rebuild the index with: "
                     "ragkit index <folder> --rebuild"
                 )
-        index = cls(embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"))
+        index = cls(
+            embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"),
+            dense_index=manifest.get("dense_index", "auto"),
+        )
         for record in _read_jsonl(path / "chunks.jsonl"):
             fid = int(record.pop("faiss_id"))
             doc = Document(**record)

@@ -68,7 +68,10 @@ class RAG:
     def __init__(self, index_dir: str | Path = DEFAULT_INDEX_DIR, config: RagConfig | None = None, generator=None, index: RagIndex | None = None):
         self.config = config or RagConfig()
         self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
-        self.retriever = HybridRetriever(self.index, self.config.models, merge_threshold=self.config.index.merge_threshold)
+        self.retriever = HybridRetriever(
+            self.index, self.config.models, merge_threshold=self.config.index.merge_threshold,
+            sparse_weight=self.config.hybrid_sparse_weight,
+        )
         self._generator = generator
         self.prompt_builder = ChatPromptBuilder(
             template=[ChatMessage.from_system(SYSTEM_PROMPT), ChatMessage.from_user(USER_TEMPLATE)],

@@ -148,3 +148,32 @@ def test_retriever_components_round_trip_through_to_dict(index, tmp_path):
 def test_in_memory_index_cannot_be_serialized(index):
     with pytest.raises(ValueError, match="save it first"):
         BM25sRetriever(index=index).to_dict()
+
+
+def test_hnsw_index_searches_deletes_and_persists(tmp_path):
+    texts = [f"chunk number {i} about topic {i % 7}" for i in range(300)]
+    idx = RagIndex(embedder="fake", dim=8, dense_index="hnsw")
+    idx.add(make_chunks("a.md", texts[:200]))
+    idx.add(make_chunks("b.md", texts[200:]))
+    assert idx.is_hnsw
+    exact = RagIndex(embedder="fake", dim=8, dense_index="flat")
+    exact.add(make_chunks("a.md", texts[:200]))
+    exact.add(make_chunks("b.md", texts[200:]))
+    q = fake_embedding("query")
+    assert [d.id for d in idx.dense_search(q, 5)] == [d.id for d in exact.dense_search(q, 5)]
+    assert idx.delete_source("b.md") == 100 and idx.is_hnsw
+    assert all(d.meta["source"] == "a.md" for d in idx.dense_search(q, 50))
+    idx.save(tmp_path / "h")
+    again = RagIndex.load(tmp_path / "h")
+    assert again.is_hnsw and len(again) == 200 and again.dense_search(q, 3)[0].id == idx.dense_search(q, 3)[0].id
+
+
+def test_auto_index_switches_to_hnsw_past_the_threshold(monkeypatch):
+    import ragkit.index as index_module
+
+    monkeypatch.setattr(index_module, "HNSW_THRESHOLD", 50)
+    idx = RagIndex(embedder="fake", dim=8)
+    idx.add(make_chunks("a.md", [f"text {i}" for i in range(40)]))
+    assert not idx.is_hnsw
+    idx.add(make_chunks("b.md", [f"more {i}" for i in range(40)]))
+    assert idx.is_hnsw and len(idx.dense_search(fake_embedding("text 3"), 80)) == 80

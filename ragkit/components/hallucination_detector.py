@@ -1,0 +1,173 @@
+"""HallucinationDetector: how well is an answer supported by the documents it was built from?
+
+Two backends:
+
+* ``"llm_judge"`` (offline default) — the local LLM gives P(supported) for each answer sentence.
+  With llama.cpp the probability is read from the next-token distribution over yes/no
+  (:class:`~ragkit.llama_probe.LlamaProbe`), and all sentences share one prompt prefix (system,
+  sources, task), so after the first sentence each costs only its own ~30 tokens. With other
+  backends (OpenAI-compatible servers, mocks) all sentences are judged in one constrained call
+  returning a yes/no list, i.e. probabilities 0 or 1.
+* ``"hhem"`` — Vectara's HHEM-2.1-Open classifier (premise = the documents, hypothesis = the
+  answer), loaded without remote code by :mod:`ragkit.hhem`; needs its weights in a local folder.
+
+The answer-level score is the *lowest* sentence score — one unsupported sentence is enough to
+flag an answer. A declined answer ("The documents don't say.") claims nothing and scores 1.0
+without any call. A judge that fails returns ``score=None`` with the reason, never a made-up score.
+
+Usage::
+
+    detector = HallucinationDetector(backend="llm_judge", generator=llm, threshold=0.5)
+    out = detector.run(answer="Tesla was born in Smiljan [1].", documents=docs)
+    out["score"], out["supported"], out["hallucination"]["sentences"]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from ragkit.llama_probe import LlamaProbe
+from ragkit.prompts import NO_ANSWER, context_messages
+from ragkit.structured import backend_of, call_llm
+from ragkit.trace import record
+
+DetectorBackend = Literal["llm_judge", "hhem"]
+_CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def split_sentences(answer: str) -> list[str]:
+    text = _CITATION.sub("", answer).strip()
+    return [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) > 2]
+
+
+def judge_task(sentence: str) -> str:
+    return f"Task: is the following claim stated or directly implied by the sources? Answer yes or no.\nClaim: {sentence}"
+
+
+def judge_batch_task(sentences: list[str]) -> str:
+    claims = "\n".join(f"{i}. {s}" for i, s in enumerate(sentences, 1))
+    return (
+        f"Task: for each of the {len(sentences)} claims, answer yes if the sources state or directly imply it, "
+        f"no otherwise. Reply with a JSON list of {len(sentences)} strings, \"yes\" or \"no\".\nClaims:\n{claims}"
+    )
+
+
+def _parse_yes_no_list(text: str, n: int) -> list[float]:
+    import json
+
+    values = json.loads(text.strip())
+    if isinstance(values, dict):
+        values = values.get("labels")
+    if not isinstance(values, list) or len(values) != n or any(str(v).lower() not in ("yes", "no") for v in values):
+        raise ValueError(f"expected {n} yes/no labels, got {text[:80]!r}")
+    return [1.0 if str(v).lower() == "yes" else 0.0 for v in values]
+
+
+def _yes_no_constraint(generator: Any, n: int) -> dict[str, Any]:
+    if backend_of(generator) == "llama.cpp":
+        from llama_cpp import LlamaGrammar
+
+        items = ' "," '.join(["label"] * n)
+        return {"grammar": LlamaGrammar.from_string(f'root ::= "[" {items} "]"\nlabel ::= "\\"yes\\"" | "\\"no\\""', verbose=False)}
+    if backend_of(generator) == "openai":
+        schema = {"type": "object", "properties": {"labels": {"type": "array", "items": {"type": "string", "enum": ["yes", "no"]}, "minItems": n, "maxItems": n}}, "required": ["labels"], "additionalProperties": False}
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "labels", "strict": True, "schema": schema}}}
+    return {}
+
+
+@component
+class HallucinationDetector:
+    def __init__(
+        self,
+        backend: DetectorBackend = "llm_judge",
+        generator: Any = None,
+        hhem_model: str = "vectara/hallucination_evaluation_model",
+        threshold: float = 0.5,
+        max_chars_per_doc: int | None = None,
+    ):
+        if backend not in ("llm_judge", "hhem"):
+            raise ValueError(f"backend must be llm_judge or hhem, not {backend!r}")
+        if backend == "llm_judge" and generator is None:
+            raise ValueError("the llm_judge backend needs a chat generator")
+        self.backend = backend
+        self.generator = generator
+        self.hhem_model = hhem_model
+        self.threshold = threshold
+        self.max_chars_per_doc = max_chars_per_doc
+        self._probe = LlamaProbe(generator) if generator is not None and LlamaProbe.supports(generator) else None
+        self._hhem = None
+
+    def warm_up(self) -> None:
+        if self.backend == "hhem" and self._hhem is None:
+            from ragkit.hhem import HHEMScorer
+
+            self._hhem = HHEMScorer(self.hhem_model)
+            self._hhem.warm_up()
+        elif self.backend == "llm_judge" and hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, backend=self.backend, generator=self.generator.to_dict() if self.generator is not None else None,
+            hhem_model=self.hhem_model, threshold=self.threshold, max_chars_per_doc=self.max_chars_per_doc,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HallucinationDetector":
+        if data.get("init_parameters", {}).get("generator"):
+            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
+        return default_from_dict(cls, data)
+
+    def _judge(self, sentences: list[str], documents: list[Document]) -> tuple[list[float] | None, str | None]:
+        if self._probe is not None:
+            scores = []
+            before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
+            for sentence in sentences:
+                messages = context_messages(documents, judge_task(sentence), self.max_chars_per_doc)
+                probs = self._probe.choice_probs(messages, {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]})
+                scores.append(probs["yes"])
+            record(
+                llm_calls=len(sentences),
+                prompt_tokens=self._probe.evaluated_tokens - before_eval,
+                prompt_tokens_reused=self._probe.reused_tokens - before_reused,
+            )
+            return scores, None
+        n = len(sentences)
+        messages = context_messages(documents, judge_batch_task(sentences), self.max_chars_per_doc)
+        kwargs = {**_yes_no_constraint(self.generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
+        reply = call_llm(self.generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
+        return (reply.value, None) if reply.ok else (None, reply.error)
+
+    @component.output_types(score=Optional[float], supported=Optional[bool], hallucination=dict)
+    def run(self, answer: str, documents: list[Document]) -> dict[str, Any]:
+        info: dict[str, Any] = {"backend": self.backend, "threshold": self.threshold}
+        sentences = split_sentences(answer or "")
+        if not sentences or answer.strip() == NO_ANSWER:
+            info.update(sentences=[], note="the answer makes no claim")
+            return {"score": 1.0, "supported": True, "hallucination": info}
+        if not documents:
+            info.update(sentences=[{"text": s, "p_supported": 0.0} for s in sentences], note="no documents to support it")
+            return {"score": 0.0, "supported": False, "hallucination": info}
+        try:
+            self.warm_up()
+            if self.backend == "hhem":
+                premise = "\n\n".join(d.content or "" for d in documents)
+                scores = self._hhem.score([(premise, s) for s in sentences])
+                error = None
+            else:
+                scores, error = self._judge(sentences, documents)
+        except Exception as exc:  # a judge that breaks must not take the answer down with it
+            scores, error = None, f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+            record(fallback=f"hallucination: {error}")
+        if scores is None:
+            info.update(sentences=[{"text": s, "p_supported": None} for s in sentences], fallback=error)
+            return {"score": None, "supported": None, "hallucination": info}
+        score = min(scores)
+        info["sentences"] = [{"text": s, "p_supported": round(p, 4)} for s, p in zip(sentences, scores)]
+        record(decision={"support": round(score, 3)})
+        return {"score": score, "supported": score >= self.threshold, "hallucination": info}

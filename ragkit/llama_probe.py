@@ -1,0 +1,96 @@
+"""Label probabilities from a local llama.cpp model in one forward pass, reusing its prompt cache.
+
+``LlamaCppChatGenerator`` samples text; a judge or a pointwise reranker needs P("yes") instead.
+llama-cpp-python only returns log-probabilities when the model was loaded with ``logits_all=True``,
+which computes the 150k-way output layer for *every* prompt token — far too slow on a CPU. This
+probe formats the chat exactly as ``create_chat_completion`` does (the GGUF's own chat template),
+evaluates only the tokens after the longest prefix already in the KV cache, and reads the last
+position's logits. Consecutive probes that share a prefix (the sources, the question) therefore
+cost only their differing tail, and so do answer/grade calls made through the generator, since
+they share the same cache.
+
+Usage::
+
+    probe = LlamaProbe(llama_cpp_chat_generator)
+    p = probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})   # {"yes": 0.83, "no": 0.17}
+    probe.evaluated_tokens, probe.reused_tokens
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from haystack.dataclasses import ChatMessage
+
+
+class LlamaProbe:
+    def __init__(self, generator: Any):
+        self.generator = generator
+        self.evaluated_tokens = 0
+        self.reused_tokens = 0
+        self._formatter = None
+
+    @staticmethod
+    def supports(generator: Any) -> bool:
+        return type(generator).__name__ == "LlamaCppChatGenerator"
+
+    @property
+    def llm(self):
+        if getattr(self.generator, "_model", None) is None:
+            self.generator.warm_up()
+        return self.generator._model
+
+    def format(self, messages: list[ChatMessage]) -> str:
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            llm = self.llm
+            template = llm.metadata.get("tokenizer.chat_template")
+            if not template:
+                raise RuntimeError("this GGUF has no chat template; the probe needs one")
+            self._formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=llm._model.token_get_text(llm.token_eos()),
+                bos_token=llm._model.token_get_text(llm.token_bos()),
+            )
+        chat = [{"role": m.role.value, "content": m.text or ""} for m in messages]
+        return self._formatter(messages=chat).prompt
+
+    def next_token_logits(self, prompt: str) -> np.ndarray:
+        import llama_cpp
+
+        llm = self.llm
+        tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
+        if len(tokens) >= llm.n_ctx():
+            raise ValueError(f"prompt of {len(tokens)} tokens does not fit the {llm.n_ctx()}-token context")
+        cached = llm._input_ids.tolist()
+        prefix = min(llm.longest_token_prefix(cached, tokens), len(tokens) - 1)  # re-evaluate >= 1 token for logits
+        llm.n_tokens = prefix
+        llm.eval(tokens[prefix:])
+        self.reused_tokens += prefix
+        self.evaluated_tokens += len(tokens) - prefix
+        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+
+    def _first_token_ids(self, words: list[str]) -> list[int]:
+        ids = set()
+        for word in words:
+            pieces = self.llm.tokenize(word.encode("utf-8"), add_bos=False, special=False)
+            if pieces:
+                ids.add(pieces[0])
+        return sorted(ids)
+
+    def choice_probs(self, messages: list[ChatMessage], choices: dict[str, list[str]], assistant_prefix: str = "") -> dict[str, float]:
+        """P(label) for each label, from the next-token distribution, renormalised over the labels.
+
+        ``choices`` maps a label to the words that express it (first tokens are used)."""
+        logits = self.next_token_logits(self.format(messages) + assistant_prefix)
+        label_logits = {}
+        for label, words in choices.items():
+            ids = self._first_token_ids(words)
+            label_logits[label] = np.logaddexp.reduce(logits[ids]) if ids else -np.inf
+        values = np.array(list(label_logits.values()), dtype="float64")
+        probs = np.exp(values - values.max())
+        probs /= probs.sum()
+        return {label: float(p) for label, p in zip(label_logits, probs)}
