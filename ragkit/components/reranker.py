@@ -1,0 +1,143 @@
+"""Reranker: reorder retrieved chunks with a stronger (slower) relevance model.
+
+Backends:
+
+* ``"cross-encoder"`` — any sentence-transformers ``CrossEncoder`` (hub id or local folder), run by
+  ``SentenceTransformersSimilarityRanker`` from sentence-transformers-haystack. None is installable
+  offline here; users who have one pass its path.
+* ``"llm"`` — pointwise P(yes | question, chunk) from the local LLM. With llama.cpp the question is
+  the shared prompt prefix and only each chunk's tail is evaluated; the probability comes from the
+  next-token distribution (:class:`~ragkit.llama_probe.LlamaProbe`), no text is generated.
+* ``"bi-encoder"`` — cosine similarity from a second sentence-transformers embedder
+  (``model``, default the embedded all-MiniLM-L6-v2).
+
+Scores land in ``Document.score`` (the retrieval score is kept in ``meta["retrieval_score"]``).
+If the LLM backend is not llama.cpp, or scoring fails, the input order is kept and the output says
+why (``reranking["fallback"]``).
+
+Usage::
+
+    reranker = Reranker(backend="cross-encoder", model="/models/ms-marco-MiniLM-L-6-v2", top_k=5)
+    reranker.warm_up()
+    reranker.run(query="Where was Tesla born?", documents=docs)["documents"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from ragkit.llama_probe import LlamaProbe
+from ragkit.trace import record
+
+RerankBackend = Literal["cross-encoder", "llm", "bi-encoder"]
+RERANK_SYSTEM = "You judge whether a passage helps answer a question. Reply yes or no."
+
+
+@component
+class Reranker:
+    def __init__(
+        self,
+        backend: RerankBackend = "bi-encoder",
+        model: str | None = None,
+        generator: Any = None,
+        top_k: int | None = None,
+        max_chars_per_doc: int = 1200,
+    ):
+        if backend not in ("cross-encoder", "llm", "bi-encoder"):
+            raise ValueError(f"backend must be cross-encoder, llm or bi-encoder, not {backend!r}")
+        if backend == "cross-encoder" and not model:
+            raise ValueError("the cross-encoder backend needs model= (a CrossEncoder hub id or local folder)")
+        if backend == "llm" and generator is None:
+            raise ValueError("the llm backend needs a chat generator")
+        self.backend = backend
+        self.model = model
+        self.generator = generator
+        self.top_k = top_k
+        self.max_chars_per_doc = max_chars_per_doc
+        self._ranker = None
+        self._embedder = None
+        self._probe = LlamaProbe(generator) if generator is not None and LlamaProbe.supports(generator) else None
+
+    def warm_up(self) -> None:
+        if self.backend == "cross-encoder" and self._ranker is None:
+            from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersSimilarityRanker
+
+            from ragkit.models import resolve_embedder
+
+            self._ranker = SentenceTransformersSimilarityRanker(model=resolve_embedder(self.model), top_k=1_000_000, scale_score=True)
+            self._ranker.warm_up()
+        elif self.backend == "bi-encoder" and self._embedder is None:
+            from ragkit.config import ModelConfig
+            from ragkit.llm import build_text_embedder
+
+            self._embedder = build_text_embedder(ModelConfig(embedder=self.model or "all-MiniLM-L6-v2"))
+            self._embedder.warm_up()
+        elif self.backend == "llm" and hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, backend=self.backend, model=self.model, generator=self.generator.to_dict() if self.generator is not None else None,
+            top_k=self.top_k, max_chars_per_doc=self.max_chars_per_doc,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Reranker":
+        if data.get("init_parameters", {}).get("generator"):
+            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
+        return default_from_dict(cls, data)
+
+    def _scores(self, query: str, documents: list[Document]) -> list[float]:
+        if self.backend == "cross-encoder":
+            ranked = self._ranker.run(query=query, documents=documents)["documents"]
+            by_id = {d.id: d.score for d in ranked}
+            return [float(by_id[d.id]) for d in documents]
+        if self.backend == "bi-encoder":
+            model = self._embedder.embedding_backend
+            vectors = np.asarray(model.embed([query] + [d.content or "" for d in documents], normalize_embeddings=True, show_progress_bar=False))
+            return (vectors[1:] @ vectors[0]).astype(float).tolist()
+        if self._probe is None:
+            raise RuntimeError("the llm reranker reads token probabilities and needs a llama.cpp generator")
+        before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
+        scores = []
+        for doc in documents:
+            # Question first: it is the shared prefix, so each passage costs only its own tokens.
+            passage = (doc.content or "")[: self.max_chars_per_doc].replace("<", "&lt;")
+            messages = [
+                ChatMessage.from_system(RERANK_SYSTEM),
+                ChatMessage.from_user(f"Question: {query}\n\nPassage:\n{passage}\n\nDoes the passage help answer the question? yes or no"),
+            ]
+            scores.append(self._probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})["yes"])
+        record(
+            llm_calls=len(documents),
+            prompt_tokens=self._probe.evaluated_tokens - before_eval,
+            prompt_tokens_reused=self._probe.reused_tokens - before_reused,
+        )
+        return scores
+
+    @component.output_types(documents=list[Document], reranking=dict)
+    def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, Any]:
+        top_k = top_k or self.top_k or len(documents)
+        info: dict[str, Any] = {"backend": self.backend}
+        if not documents:
+            return {"documents": [], "reranking": {**info, "order": []}}
+        try:
+            self.warm_up()
+            scores = self._scores(query, documents)
+        except Exception as exc:  # keep retrieval's order rather than fail the question
+            info["fallback"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            record(fallback=f"reranker: {info['fallback']}")
+            return {"documents": list(documents)[:top_k], "reranking": info}
+        rescored = [
+            replace(doc, score=float(s), meta={**doc.meta, "retrieval_score": doc.score}) for doc, s in zip(documents, scores)
+        ]
+        order = sorted(range(len(rescored)), key=lambda i: rescored[i].score, reverse=True)
+        info["order"] = order[:top_k]
+        record(decision={"moved": sum(1 for rank, i in enumerate(order[:top_k]) if rank != i)})
+        return {"documents": [rescored[i] for i in order[:top_k]], "reranking": info}
