@@ -10,9 +10,10 @@ Layout of an index directory (format version :data:`INDEX_FORMAT_VERSION`)::
     sparse/          bm25s arrays (np.save, allow_pickle=False) + row → chunk id list
 
 Why faiss-cpu directly instead of faiss-haystack's ``FAISSDocumentStore``: that store keeps every
-chunk's embedding twice — in FAISS and as a Python ``list[float]`` on the Document (~12 KB a chunk,
-over 1 GB at 100k chunks) — and persists those embeddings as JSON text; it also has no sparse side.
-Here vectors live only in FAISS and both retrievers share one table of chunks.
+chunk's embedding twice — in FAISS and as a Python ``list[float]`` on the Document — persists the
+embeddings as JSON text, and has no sparse side. Measured at 20k chunks (bench/faiss_store_memory.py):
+394 MB resident and 207 MB on disk against 168 MB and 46 MB here (bm25s index included), and 22 s
+against 3 s to build and save. Here vectors live only in FAISS and both retrievers share one table.
 
 Saving is atomic (write a sibling folder, then swap), and loading verifies the manifest's format
 version, embedder and checksums before FAISS reads a byte: a corrupted or foreign index is refused

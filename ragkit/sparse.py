@@ -71,7 +71,7 @@ class BM25sIndex:
         if not tokens[0]:
             return []
         k = min(top_k, len(self._ids))
-        rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per query
         return [(self._ids[int(r)], float(s)) for r, s in zip(rows[0], scores[0]) if s > 0]
 
     # -- persistence -------------------------------------------------------------------------
