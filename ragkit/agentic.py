@@ -1,0 +1,196 @@
+"""``AgenticRAG``: the components assembled from one :class:`~ragkit.features.Features` config.
+
+Order of steps (each only when its toggle is on): route → embed → HyDE → retrieve → rerank →
+grade → answer → hallucination check → self-correction → confidence. Every step runs inside a
+Haystack tracing span named like Pipeline's own (``haystack.component.run``), so the
+:class:`~ragkit.trace.RagkitTracer` that traces user pipelines also traces this one, and a step
+that raises is recorded and switched off for this question instead of failing it.
+
+The self-correction decision is Haystack's ``ConditionalRouter``: it routes to ``retry`` while the
+support score is under the threshold and corrections remain, else to ``done`` with the exit reason
+(``supported``, ``max_corrections``, ``no_context``, ``unknown``).
+
+Usage::
+
+    rag = AgenticRAG(Features(grading=True, hallucination_check=True), index_dir=".ragkit/index")
+    result = rag.ask("How does lru_cache differ from cache?")
+    result.answer, result.confidence, result.symbol, result.route, result.trace.table()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, tracing
+from haystack.components.routers import ConditionalRouter
+from haystack.dataclasses import ChatMessage
+
+from ragkit.components.confidence import ConfidenceScorer
+from ragkit.components.document_grader import DocumentGrader
+from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.components.hyde import HyDEEmbedder
+from ragkit.components.query_router import QueryRouter
+from ragkit.components.reranker import Reranker
+from ragkit.config import RagConfig
+from ragkit.features import Features
+from ragkit.index import RagIndex
+from ragkit.llm import build_chat_generator
+from ragkit.prompts import NO_ANSWER, answer_task, context_messages, strict_answer_task
+from ragkit.retrieval import HybridRetriever, check_query
+from ragkit.structured import call_llm
+from ragkit.trace import RagkitTracer, Trace
+
+CORRECTION_ROUTES = [
+    {"condition": "{{ score is none }}", "output": "unknown", "output_name": "done", "output_type": str},
+    {"condition": "{{ n_docs == 0 }}", "output": "no_context", "output_name": "done", "output_type": str},
+    {"condition": "{{ score >= threshold }}", "output": "supported", "output_name": "done", "output_type": str},
+    {"condition": "{{ attempt >= max_corrections }}", "output": "max_corrections", "output_name": "done", "output_type": str},
+    {"condition": "{{ true }}", "output": "{{ attempt + 1 }}", "output_name": "retry", "output_type": int},
+]
+DIRECT_SYSTEM = "Answer briefly and helpfully."
+
+
+@dataclass
+class AgenticResult:
+    question: str
+    answer: str
+    sources: list[Document]
+    route: str | None = None
+    confidence: float | None = None
+    symbol: str = ""
+    declined: bool = False
+    exit_reason: str | None = None
+    corrections: int = 0
+    trace: Trace = field(default_factory=Trace)
+    details: dict[str, Any] = field(default_factory=dict)  # each step's extra output (grading, routing, ...)
+    seconds: float = 0.0
+
+
+class AgenticRAG:
+    def __init__(self, features: Features | None = None, index_dir: str | Path = ".ragkit/index", config: RagConfig | None = None, generator=None, index: RagIndex | None = None):
+        self.features = (features or Features()).validate()
+        self.config = config or RagConfig()
+        self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
+        self.generator = generator if generator is not None else build_chat_generator(self.config.models)
+        self.retriever = HybridRetriever(self.index, self.config.models, merge_threshold=self.config.index.merge_threshold, sparse_weight=self.config.hybrid_sparse_weight)
+        self.tracer = RagkitTracer()
+        self.correction_router = ConditionalRouter(routes=CORRECTION_ROUTES, unsafe=False)
+        self._components: dict[str, Any] = {}
+
+    # -- components, built on first use -------------------------------------------------------
+    def _component(self, name: str):
+        if name not in self._components:
+            f, embedder = self.features, self.config.models.embedder
+            self._components[name] = {
+                "router": lambda: QueryRouter(backend=f.router_backend, generator=self.generator if f.router_backend == "llm" else None, embedder_model=embedder),
+                "hyde": lambda: HyDEEmbedder(generator=self.generator, embedder_model=embedder, n_passages=f.hyde_passages),
+                "reranker": lambda: Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=self.generator if f.rerank_backend == "llm" else None),
+                "grader": lambda: DocumentGrader(backend=f.grader_backend, generator=self.generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder),
+                "hallucination": lambda: HallucinationDetector(backend=f.hallucination_backend, generator=self.generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=f.support_threshold),
+                "confidence": lambda: ConfidenceScorer(floor=f.confidence_floor),
+            }[name]()
+        return self._components[name]
+
+    def _step(self, name: str, fn, inputs: dict[str, Any], component_type: str):
+        """Run one step in a tracing span; on an exception record it and return None."""
+        with tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": name, "haystack.component.type": component_type}) as span:
+            span.set_content_tag("haystack.component.input", inputs)
+            try:
+                out = fn(**inputs)
+            except Exception as exc:  # a broken step is switched off for this question, not fatal
+                span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
+                span.set_tag("ragkit.fallback", f"{name}: step failed, skipped ({type(exc).__name__})")
+                return None
+            span.set_content_tag("haystack.component.output", out if isinstance(out, dict) else {"value": out})
+            return out
+
+    def _generate(self, messages: list[ChatMessage], step: str) -> str | None:
+        reply = call_llm(self.generator, messages, lambda text: text.strip(), {"max_tokens": self.config.models.max_new_tokens, "temperature": 0.0}, step=step)
+        return reply.value if reply.ok else None
+
+    # -- the question ---------------------------------------------------------------------------
+    def ask(self, question: str) -> AgenticResult:
+        question = check_query(question)
+        f = self.features
+        started = time.perf_counter()
+        with self.tracer.collect() as trace:
+            result = AgenticResult(question=question, answer="", sources=[], trace=trace)
+            policy = {"retrieve": True, "top_k": f.top_k}
+            if f.routing:
+                out = self._step("router", self._component("router").run, {"query": question}, "QueryRouter")
+                if out:
+                    result.route = out["route"]
+                    result.details["routing"] = out["routing"]
+                    policy = f.route_policy[result.route]
+            if not policy["retrieve"]:
+                answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": [ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user(question)]}, "ChatGenerator")
+                result.answer, result.exit_reason = (answer or NO_ANSWER), "no_retrieval"
+                result.seconds = time.perf_counter() - started
+                return result
+
+            top_k = policy["top_k"] or f.top_k
+            embedding = None
+            if f.retrieval_mode != "sparse" or f.hyde:
+                out = self._step("embed", lambda text: {"embedding": self.retriever.embed(text)}, {"text": question}, "SentenceTransformersTextEmbedder")
+                embedding = out["embedding"] if out else None
+            if f.hyde and embedding is not None:
+                out = self._step("hyde", self._component("hyde").run, {"query": question, "query_embedding": embedding}, "HyDEEmbedder")
+                if out:
+                    embedding = out["embedding"]
+                    result.details["hyde"] = out["hyde"]
+            mode = f.retrieval_mode if embedding is not None or f.retrieval_mode == "sparse" else "sparse"
+            depth = max(f.rerank_candidates, top_k) if f.rerank else top_k
+            out = self._step("retrieve", lambda query: {"documents": self.retriever.retrieve(query, top_k=depth, mode=mode, query_embedding=embedding).documents}, {"query": question}, "HybridRetriever")
+            documents = out["documents"] if out else []
+            if f.rerank and documents:
+                out = self._step("rerank", self._component("reranker").run, {"query": question, "documents": documents, "top_k": top_k}, "Reranker")
+                documents = out["documents"] if out else documents[:top_k]
+                if out:
+                    result.details["reranking"] = out["reranking"]
+            documents = documents[:top_k]
+            grades = None
+            if f.grading and documents:
+                out = self._step("grade", self._component("grader").run, {"query": question, "documents": documents}, "DocumentGrader")
+                if out:
+                    documents, grades = out["documents"], [d.meta.get("grade") for d in out["documents"]]
+                    result.details["grading"] = out["grading"]
+            result.sources = documents
+
+            if not documents:
+                result.answer, result.exit_reason = NO_ANSWER, "no_context"
+            else:
+                answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": context_messages(documents, answer_task(question))}, "ChatGenerator")
+                result.answer = answer if answer else NO_ANSWER
+            support = None
+            if f.hallucination_check and documents:
+                attempt = 0
+                while True:
+                    out = self._step("hallucination", self._component("hallucination").run, {"answer": result.answer, "documents": documents}, "HallucinationDetector")
+                    support = out["score"] if out else None
+                    if out:
+                        result.details["hallucination"] = out["hallucination"]
+                    if not f.self_correction:
+                        break
+                    decision = self.correction_router.run(score=support, threshold=f.support_threshold, attempt=attempt, max_corrections=f.max_corrections, n_docs=len(documents))
+                    if "done" in decision:
+                        result.exit_reason = decision["done"]
+                        break
+                    attempt = decision["retry"]
+                    retry = self._step("correct", lambda messages: self._generate(messages, "correct"), {"messages": context_messages(documents, strict_answer_task(question))}, "ChatGenerator")
+                    result.corrections = attempt
+                    if retry:
+                        result.answer = retry
+
+            out = self._step("confidence", self._component("confidence").run, {"documents": documents, "grades": grades, "support": support}, "ConfidenceScorer")
+            if out:
+                result.confidence, result.symbol = out["confidence"], out["symbol"]
+                result.details["confidence"] = out["components"]
+                if out["decline"] and f.confidence_floor > 0:
+                    result.declined = True
+                    result.details["declined_answer"] = result.answer
+                    result.answer = NO_ANSWER + " Closest sources: " + ", ".join(sorted({str(d.meta.get('source')) for d in documents})) if documents else NO_ANSWER
+        result.seconds = time.perf_counter() - started
+        return result

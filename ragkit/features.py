@@ -1,0 +1,92 @@
+"""``Features``: every agentic toggle and threshold in one dataclass, loadable from YAML.
+
+``Features()`` is plain RAG (hybrid retrieval, top 5, answer). Each toggle adds one step; the
+notebook widgets and the benchmark flip exactly these fields, so "what does grading do?" is
+``replace(features, grading=True)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
+    "SIMPLE": {"retrieve": False, "top_k": 0},  # answer from the model's own knowledge
+    "FACTUAL": {"retrieve": True, "top_k": 5},
+    "ANALYTICAL": {"retrieve": True, "top_k": 8},  # deeper
+    "COMPARISON": {"retrieve": True, "top_k": 8},  # deeper: both sides must be in the context
+    "SUMMARY": {"retrieve": True, "top_k": 10},  # broader
+}
+
+
+@dataclass
+class Features:
+    routing: bool = False
+    router_backend: str = "embedding"  # rules | embedding | llm
+    route_policy: dict[str, dict[str, Any]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_ROUTE_POLICY))
+    hyde: bool = False
+    hyde_passages: int = 1
+    retrieval_mode: str = "hybrid"  # dense | sparse | hybrid
+    top_k: int = 5
+    rerank: bool = False
+    rerank_backend: str = "bi-encoder"  # bi-encoder | llm | cross-encoder
+    rerank_model: str | None = None
+    rerank_candidates: int = 15
+    grading: bool = False
+    grader_backend: str = "llm"  # llm | embedding
+    grade_threshold: float = 4.0
+    hallucination_check: bool = False
+    hallucination_backend: str = "llm_judge"  # llm_judge | hhem
+    hhem_model: str = "vectara/hallucination_evaluation_model"
+    support_threshold: float = 0.5
+    self_correction: bool = False
+    max_corrections: int = 1
+    confidence_floor: float = 0.0  # 0: never decline
+
+    def validate(self) -> "Features":
+        choices = {
+            "router_backend": ("rules", "embedding", "llm"),
+            "retrieval_mode": ("dense", "sparse", "hybrid"),
+            "rerank_backend": ("bi-encoder", "llm", "cross-encoder"),
+            "grader_backend": ("llm", "embedding"),
+            "hallucination_backend": ("llm_judge", "hhem"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:
+            raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
+        if not 0 <= self.confidence_floor <= 1 or not 0 <= self.support_threshold <= 1:
+            raise ValueError("confidence_floor and support_threshold must be in [0, 1]")
+        if set(self.route_policy) != set(DEFAULT_ROUTE_POLICY):
+            raise ValueError(f"route_policy needs exactly the routes {sorted(DEFAULT_ROUTE_POLICY)}")
+        if self.self_correction and not self.hallucination_check:
+            raise ValueError("self_correction needs hallucination_check: the loop acts on its score")
+        if self.rerank and self.rerank_backend == "cross-encoder" and not self.rerank_model:
+            raise ValueError("the cross-encoder reranker needs rerank_model (a local folder or hub id)")
+        return self
+
+    @classmethod
+    def all_on(cls, **overrides: Any) -> "Features":
+        return cls(routing=True, hyde=True, rerank=True, grading=True, hallucination_check=True, self_correction=True, confidence_floor=0.35, **overrides).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "Features":
+        data = dict(data or {})
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown Features keys: {sorted(unknown)}")
+        return cls(**data).validate()
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "Features":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(yaml.safe_load(fh))

@@ -1,0 +1,126 @@
+"""AgenticRAG end to end over sample_docs/ with the real embedder and a scripted MockChatGenerator."""
+
+import re
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator
+
+from ragkit.agentic import AgenticRAG
+from ragkit.features import Features
+from ragkit.prompts import NO_ANSWER
+
+pytestmark = pytest.mark.integration
+
+
+class ScriptedLLM:
+    """Answers each kind of prompt the pipeline sends; counts calls per kind."""
+
+    def __init__(self, judge=("yes",), grades=None, answer="Tesla was born in Smiljan [1].", fail=()):
+        self.judge = list(judge)
+        self.grades = grades
+        self.answer = answer
+        self.fail = set(fail)
+        self.calls = []
+
+    def __call__(self, messages):
+        text = messages[-1].text
+        if "rate how useful" in text:
+            kind = "grade"
+        elif "for each of the" in text and "claims" in text:
+            kind = "judge"
+        elif "only facts stated" in text:
+            kind = "correct"
+        elif "Task: answer" in text:
+            kind = "answer"
+        else:
+            kind = "other"
+        self.calls.append(kind)
+        if kind in self.fail:
+            raise RuntimeError(f"{kind} broke")
+        if kind == "grade":
+            n = text.count("<source id=")
+            return "[" + ",".join(str(g) for g in (self.grades or [9] + [1] * (n - 1))[:n]) + "]"
+        if kind == "judge":
+            n = len(re.findall(r"^\d+\. ", text.split("Claims:")[1], re.M))
+            label = self.judge.pop(0) if len(self.judge) > 1 else self.judge[0]
+            return "[" + ",".join(f'"{label}"' for _ in range(n)) + "]"
+        if kind == "correct":
+            return "Tesla was born in Smiljan [1]."
+        return self.answer
+
+
+def make(sample_index, fast_config, features, script):
+    return AgenticRAG(features, config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=script))
+
+
+def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
+    script = ScriptedLLM()
+    result = make(sample_index, fast_config, Features(), script).ask("Where was Nikola Tesla born?")
+    assert result.answer.startswith("Tesla was born in Smiljan") and script.calls == ["answer"]
+    assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "answer", "confidence"]
+    assert result.trace.llm_calls == 1 and result.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
+    assert 0 < result.confidence <= 1 and result.symbol in "●◐○"
+
+
+def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
+    script = ScriptedLLM()
+    features = Features.all_on(router_backend="rules", rerank_backend="bi-encoder")
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.route == "FACTUAL" and result.exit_reason == "supported" and result.corrections == 0
+    # HyDE + grade + answer + judge
+    assert script.calls == ["other", "grade", "answer", "judge"] and result.trace.llm_calls <= 4
+    assert result.details["grading"]["dropped"] and len(result.sources) == 1
+    names = [s.name for s in result.trace.steps]
+    assert names == ["router", "embed", "hyde", "retrieve", "rerank", "grade", "answer", "hallucination", "confidence"]
+
+
+def test_unsupported_answer_is_corrected_once_then_exits(sample_index, fast_config):
+    script = ScriptedLLM(judge=("no", "yes"), answer="Tesla was born in Paris [1].")
+    features = Features(hallucination_check=True, self_correction=True, max_corrections=2)
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.exit_reason == "supported" and result.corrections == 1
+    assert result.answer == "Tesla was born in Smiljan [1]." and script.calls == ["answer", "judge", "correct", "judge"]
+
+
+def test_correction_is_bounded(sample_index, fast_config):
+    script = ScriptedLLM(judge=("no",))
+    features = Features(hallucination_check=True, self_correction=True, max_corrections=1)
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.exit_reason == "max_corrections" and result.corrections == 1 and script.calls.count("correct") == 1
+
+
+def test_simple_route_skips_retrieval(sample_index, fast_config):
+    script = ScriptedLLM(answer="Hello! How can I help?")
+    result = make(sample_index, fast_config, Features(routing=True, router_backend="rules"), script).ask("hello")
+    assert result.route == "SIMPLE" and result.sources == [] and result.exit_reason == "no_retrieval"
+    assert [s.name for s in result.trace.steps] == ["router", "answer"]
+
+
+def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):
+    script = ScriptedLLM(fail={"grade", "answer"})
+    features = Features(grading=True)
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.answer == NO_ANSWER
+    assert len(result.sources) == 5  # grading failed: every chunk kept
+    assert any("grader: llm_error" in f for f in result.trace.fallbacks)
+    assert any("answer: llm_error" in f for f in result.trace.fallbacks)
+
+
+def test_low_confidence_declines_and_lists_the_closest_sources(sample_index, fast_config):
+    script = ScriptedLLM(judge=("no",), grades=[1, 1, 1, 1, 1])
+    features = Features(grading=True, hallucination_check=True, confidence_floor=0.5)
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.declined and result.answer.startswith(NO_ANSWER + " Closest sources:")
+    assert result.details["declined_answer"].startswith("Tesla")
+
+
+def test_features_validation_and_yaml(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_text("grading: true\ngrade_threshold: 6\nretrieval_mode: sparse\n")
+    features = Features.from_yaml(path)
+    assert features.grading and features.grade_threshold == 6 and features.retrieval_mode == "sparse"
+    assert Features.from_dict(features.to_dict()) == features
+    with pytest.raises(ValueError, match="self_correction needs"):
+        Features(self_correction=True).validate()
+    with pytest.raises(ValueError, match="Unknown"):
+        Features.from_dict({"turbo": True})
