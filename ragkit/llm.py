@@ -60,6 +60,19 @@ def build_document_embedder(models: ModelConfig, progress_bar: bool = True, batc
     return SentenceTransformersDocumentEmbedder(**_embedder_kwargs(models), progress_bar=progress_bar, batch_size=batch_size)
 
 
+_SHARED_TEXT_EMBEDDERS: dict[str, object] = {}
+
+
+def shared_text_embedder(embedder: str = "all-MiniLM-L6-v2"):
+    """One warmed-up text embedder per model per process, shared by the components that embed
+    (router prototypes, HyDE passages, grader, bi-encoder reranker) instead of each loading its own."""
+    if embedder not in _SHARED_TEXT_EMBEDDERS:
+        component = build_text_embedder(ModelConfig(embedder=embedder))
+        component.warm_up()
+        _SHARED_TEXT_EMBEDDERS[embedder] = component
+    return _SHARED_TEXT_EMBEDDERS[embedder]
+
+
 def build_text_embedder(models: ModelConfig):
     from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
 

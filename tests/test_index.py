@@ -142,7 +142,7 @@ def test_retriever_components_round_trip_through_to_dict(index, tmp_path):
         again = cls.from_dict(data)
         again.warm_up()
         docs = again.run(**run)["documents"]
-        assert 1 <= len(docs) <= 2 and docs[0].content == TESLA[1]
+        assert len(docs) in (1, 2) and docs[0].content == TESLA[1]
 
 
 def test_in_memory_index_cannot_be_serialized(index):

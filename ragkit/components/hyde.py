@@ -56,11 +56,9 @@ class HyDEEmbedder:
 
     def warm_up(self) -> None:
         if self._embedder is None:
-            from ragkit.config import ModelConfig
-            from ragkit.llm import build_text_embedder
+            from ragkit.llm import shared_text_embedder
 
-            self._embedder = build_text_embedder(ModelConfig(embedder=self.embedder_model))
-            self._embedder.warm_up()
+            self._embedder = shared_text_embedder(self.embedder_model)
         if hasattr(self.generator, "warm_up"):
             self.generator.warm_up()
 

@@ -116,11 +116,9 @@ class QueryRouter:
 
     def warm_up(self) -> None:
         if self.backend == "embedding" and self._centroids is None:
-            from ragkit.config import ModelConfig
-            from ragkit.llm import build_text_embedder
+            from ragkit.llm import shared_text_embedder
 
-            self._embedder = build_text_embedder(ModelConfig(embedder=self.embedder_model))
-            self._embedder.warm_up()
+            self._embedder = shared_text_embedder(self.embedder_model)
             model = self._embedder.embedding_backend
             centroids = []
             for label in ROUTES:

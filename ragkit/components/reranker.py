@@ -73,11 +73,9 @@ class Reranker:
             self._ranker = SentenceTransformersSimilarityRanker(model=resolve_embedder(self.model), top_k=1_000_000, scale_score=True)
             self._ranker.warm_up()
         elif self.backend == "bi-encoder" and self._embedder is None:
-            from ragkit.config import ModelConfig
-            from ragkit.llm import build_text_embedder
+            from ragkit.llm import shared_text_embedder
 
-            self._embedder = build_text_embedder(ModelConfig(embedder=self.model or "all-MiniLM-L6-v2"))
-            self._embedder.warm_up()
+            self._embedder = shared_text_embedder(self.model or "all-MiniLM-L6-v2")
         elif self.backend == "llm" and hasattr(self.generator, "warm_up"):
             self.generator.warm_up()
 
