@@ -69,9 +69,7 @@ class RagConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "RagConfig":
         data = dict(data or {})
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"Unknown ragkit config keys: {sorted(unknown)}")
+        reject_unknown_keys(cls, data, "ragkit config")
         models = _build(ModelConfig, data.pop("models", None))
         index = _build(IndexConfig, data.pop("index", None))
         config = cls(models=models, index=index, **data)
@@ -126,11 +124,15 @@ _ENV_VARS = [
 ]
 
 
+def reject_unknown_keys(kind, data: dict[str, Any], label: str) -> None:
+    """A misspelt key in YAML must be an error, not a silently ignored setting."""
+    unknown = set(data) - {f.name for f in dataclasses.fields(kind)}
+    if unknown:
+        raise ValueError(f"Unknown {label} keys: {sorted(unknown)}")
+
+
 def _build(kind, data):
     if data is None:
         return kind()
-    known = {f.name for f in dataclasses.fields(kind)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"Unknown {kind.__name__} keys: {sorted(unknown)}")
+    reject_unknown_keys(kind, data, kind.__name__)
     return kind(**data)

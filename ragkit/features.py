@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from ragkit.config import reject_unknown_keys
+
 DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
     "SIMPLE": {"retrieve": False, "top_k": 0},  # answer from the model's own knowledge
     "FACTUAL": {"retrieve": True, "top_k": 5},
@@ -81,9 +83,7 @@ class Features:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "Features":
         data = dict(data or {})
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"Unknown Features keys: {sorted(unknown)}")
+        reject_unknown_keys(cls, data, "Features")
         return cls(**data).validate()
 
     @classmethod

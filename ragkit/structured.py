@@ -30,6 +30,20 @@ class LLMReply:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+def generator_to_dict(generator: Any) -> dict[str, Any] | None:
+    """Serialize a component's optional chat generator for its ``to_dict``."""
+    return generator.to_dict() if generator is not None else None
+
+
+def generator_from_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """Deserialize ``init_parameters["generator"]`` in place (if present) and return ``data``."""
+    from haystack.utils import deserialize_chatgenerator_inplace
+
+    if data.get("init_parameters", {}).get("generator"):
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
+    return data
+
+
 def backend_of(generator: Any) -> str:
     name = type(generator).__name__
     if name == "LlamaCppChatGenerator":

@@ -23,10 +23,9 @@ from typing import Any, Literal
 
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
 
 from ragkit.prompts import context_messages
-from ragkit.structured import call_llm, int_list_constraint, parse_int_list
+from ragkit.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, parse_int_list
 from ragkit.trace import record
 
 GraderBackend = Literal["llm", "embedding"]
@@ -73,16 +72,14 @@ class DocumentGrader:
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, generator=self.generator.to_dict() if self.generator is not None else None,
+            self, backend=self.backend, generator=generator_to_dict(self.generator),
             threshold=self.threshold, min_keep=self.min_keep, embedder_model=self.embedder_model,
             max_chars_per_doc=self.max_chars_per_doc,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DocumentGrader":
-        if data.get("init_parameters", {}).get("generator"):
-            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, generator_from_dict(data))
 
     def _llm_scores(self, query: str, documents: list[Document]) -> tuple[list[float] | None, str | None]:
         n = len(documents)

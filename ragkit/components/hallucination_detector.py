@@ -28,11 +28,10 @@ import re
 from typing import Any, Literal, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
 
 from ragkit.llama_probe import LlamaProbe
 from ragkit.prompts import NO_ANSWER, context_messages
-from ragkit.structured import backend_of, call_llm
+from ragkit.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
 from ragkit.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
@@ -113,15 +112,13 @@ class HallucinationDetector:
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, generator=self.generator.to_dict() if self.generator is not None else None,
+            self, backend=self.backend, generator=generator_to_dict(self.generator),
             hhem_model=self.hhem_model, threshold=self.threshold, max_chars_per_doc=self.max_chars_per_doc,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HallucinationDetector":
-        if data.get("init_parameters", {}).get("generator"):
-            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, generator_from_dict(data))
 
     def _judge(self, sentences: list[str], documents: list[Document]) -> tuple[list[float] | None, str | None]:
         if self._probe is not None:

@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_chatgenerator_inplace
 
-from ragkit.structured import call_llm
+from ragkit.structured import call_llm, generator_from_dict, generator_to_dict
 from ragkit.trace import record
 
 HYDE_SYSTEM = "Write a short, factual encyclopedia-style passage (2-3 sentences) that answers the question. No preamble."
@@ -64,14 +63,13 @@ class HyDEEmbedder:
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=self.generator.to_dict(), embedder_model=self.embedder_model,
+            self, generator=generator_to_dict(self.generator), embedder_model=self.embedder_model,
             n_passages=self.n_passages, max_tokens=self.max_tokens, cache_size=self.cache_size,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HyDEEmbedder":
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, generator_from_dict(data))
 
     def passages(self, query: str) -> tuple[list[str], list[str]]:
         """(passages, errors) for ``query``, from the cache when possible."""

@@ -29,9 +29,8 @@ from typing import Any, Literal
 import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_chatgenerator_inplace
 
-from ragkit.structured import call_llm, choice_constraint, parse_choice
+from ragkit.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, parse_choice
 from ragkit.trace import record
 
 ROUTES = ["SIMPLE", "FACTUAL", "ANALYTICAL", "COMPARISON", "SUMMARY"]
@@ -133,16 +132,14 @@ class QueryRouter:
         return default_to_dict(
             self,
             backend=self.backend,
-            generator=self.generator.to_dict() if self.generator is not None else None,
+            generator=generator_to_dict(self.generator),
             embedder_model=self.embedder_model,
             prototypes=self.prototypes if self.prototypes is not PROTOTYPES else None,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "QueryRouter":
-        if data.get("init_parameters", {}).get("generator"):
-            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, generator_from_dict(data))
 
     def _embedding_route(self, query: str) -> tuple[str, dict[str, float]]:
         self.warm_up()

@@ -30,9 +30,9 @@ from typing import Any, Literal
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_chatgenerator_inplace
 
 from ragkit.llama_probe import LlamaProbe
+from ragkit.structured import generator_from_dict, generator_to_dict
 from ragkit.trace import record
 
 RerankBackend = Literal["cross-encoder", "llm", "bi-encoder"]
@@ -81,15 +81,13 @@ class Reranker:
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, model=self.model, generator=self.generator.to_dict() if self.generator is not None else None,
+            self, backend=self.backend, model=self.model, generator=generator_to_dict(self.generator),
             top_k=self.top_k, max_chars_per_doc=self.max_chars_per_doc,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Reranker":
-        if data.get("init_parameters", {}).get("generator"):
-            deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, generator_from_dict(data))
 
     def _scores(self, query: str, documents: list[Document]) -> list[float]:
         if self.backend == "cross-encoder":
