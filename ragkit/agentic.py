@@ -6,9 +6,11 @@ Haystack tracing span named like Pipeline's own (``haystack.component.run``), so
 :class:`~ragkit.trace.RagkitTracer` that traces user pipelines also traces this one, and a step
 that raises is recorded and switched off for this question instead of failing it.
 
-The self-correction decision is Haystack's ``ConditionalRouter``: it routes to ``retry`` while the
-support score is under the threshold and corrections remain, else to ``done`` with the exit reason
-(``supported``, ``max_corrections``, ``no_context``, ``unknown``).
+With the hallucination check on, answering and checking run as one Haystack pipeline loop
+(:class:`~ragkit.components.self_correction.SelfCorrectingAnswerer`): a ``ConditionalRouter``
+sends the answer back for a stricter retry while its support score is under the threshold and
+corrections remain, and records the exit reason (``supported``, ``max_corrections``,
+``no_context``, ``unknown``). Its inner components appear in the trace as their own steps.
 
 Usage::
 
@@ -25,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, tracing
-from haystack.components.routers import ConditionalRouter
 from haystack.dataclasses import ChatMessage
 
 from ragkit.components.confidence import ConfidenceScorer
@@ -34,22 +35,16 @@ from ragkit.components.hallucination_detector import HallucinationDetector
 from ragkit.components.hyde import HyDEEmbedder
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
+from ragkit.components.self_correction import SelfCorrectingAnswerer
 from ragkit.config import RagConfig
 from ragkit.features import Features
 from ragkit.index import RagIndex
 from ragkit.llm import build_chat_generator
-from ragkit.prompts import NO_ANSWER, answer_task, context_messages, strict_answer_task
+from ragkit.prompts import NO_ANSWER, answer_task, context_messages
 from ragkit.retrieval import HybridRetriever, check_query
 from ragkit.structured import call_llm
 from ragkit.trace import RagkitTracer, Trace
 
-CORRECTION_ROUTES = [
-    {"condition": "{{ score is none }}", "output": "unknown", "output_name": "done", "output_type": str},
-    {"condition": "{{ n_docs == 0 }}", "output": "no_context", "output_name": "done", "output_type": str},
-    {"condition": "{{ score >= threshold }}", "output": "supported", "output_name": "done", "output_type": str},
-    {"condition": "{{ attempt >= max_corrections }}", "output": "max_corrections", "output_name": "done", "output_type": str},
-    {"condition": "{{ true }}", "output": "{{ attempt + 1 }}", "output_name": "retry", "output_type": int},
-]
 DIRECT_SYSTEM = "Answer briefly and helpfully."
 
 
@@ -77,7 +72,6 @@ class AgenticRAG:
         self.generator = generator if generator is not None else build_chat_generator(self.config.models)
         self.retriever = HybridRetriever(self.index, self.config.models, merge_threshold=self.config.index.merge_threshold, sparse_weight=self.config.hybrid_sparse_weight)
         self.tracer = RagkitTracer()
-        self.correction_router = ConditionalRouter(routes=CORRECTION_ROUTES, unsafe=False)
         self._components: dict[str, Any] = {}
 
     # -- components, built on first use -------------------------------------------------------
@@ -89,7 +83,13 @@ class AgenticRAG:
                 "hyde": lambda: HyDEEmbedder(generator=self.generator, embedder_model=embedder, n_passages=f.hyde_passages),
                 "reranker": lambda: Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=self.generator if f.rerank_backend == "llm" else None),
                 "grader": lambda: DocumentGrader(backend=f.grader_backend, generator=self.generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder),
-                "hallucination": lambda: HallucinationDetector(backend=f.hallucination_backend, generator=self.generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=f.support_threshold),
+                "corrector": lambda: SelfCorrectingAnswerer(
+                    generator=self.generator,
+                    detector=HallucinationDetector(backend=f.hallucination_backend, generator=self.generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=f.support_threshold),
+                    threshold=f.support_threshold,
+                    max_corrections=f.max_corrections if f.self_correction else 0,
+                    max_tokens=self.config.models.max_new_tokens,
+                ),
                 "confidence": lambda: ConfidenceScorer(floor=f.confidence_floor),
             }[name]()
         return self._components[name]
@@ -107,6 +107,15 @@ class AgenticRAG:
             span.set_content_tag("haystack.component.output", out if isinstance(out, dict) else {"value": out})
             return out
 
+    def _record_failure(self, name: str, exc: Exception) -> None:
+        with tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": name, "haystack.component.type": "Pipeline"}) as span:
+            span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
+            span.set_tag("ragkit.fallback", f"{name}: failed, answered without it ({type(exc).__name__})")
+
+    def _answer(self, question: str, documents: list[Document]) -> str:
+        answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": context_messages(documents, answer_task(question))}, "ChatGenerator")
+        return answer if answer else NO_ANSWER
+
     def _generate(self, messages: list[ChatMessage], step: str) -> str | None:
         reply = call_llm(self.generator, messages, lambda text: text.strip(), {"max_tokens": self.config.models.max_new_tokens, "temperature": 0.0}, step=step)
         return reply.value if reply.ok else None
@@ -118,7 +127,7 @@ class AgenticRAG:
         started = time.perf_counter()
         with self.tracer.collect() as trace:
             result = AgenticResult(question=question, answer="", sources=[], trace=trace)
-            policy = {"retrieve": True, "top_k": f.top_k}
+            policy: dict[str, Any] = {"retrieve": True, "top_k": f.top_k, "hyde": True}
             if f.routing:
                 out = self._step("router", self._component("router").run, {"query": question}, "QueryRouter")
                 if out:
@@ -136,7 +145,7 @@ class AgenticRAG:
             if f.retrieval_mode != "sparse" or f.hyde:
                 out = self._step("embed", lambda text: {"embedding": self.retriever.embed(text)}, {"text": question}, "SentenceTransformersTextEmbedder")
                 embedding = out["embedding"] if out else None
-            if f.hyde and embedding is not None:
+            if f.hyde and policy.get("hyde", True) and embedding is not None:
                 out = self._step("hyde", self._component("hyde").run, {"query": question, "query_embedding": embedding}, "HyDEEmbedder")
                 if out:
                     embedding = out["embedding"]
@@ -159,30 +168,26 @@ class AgenticRAG:
                     result.details["grading"] = out["grading"]
             result.sources = documents
 
+            support = None
             if not documents:
                 result.answer, result.exit_reason = NO_ANSWER, "no_context"
+            elif f.hallucination_check:
+                # answer → judge → (retry under the strict prompt)*: a Haystack pipeline loop whose
+                # components trace themselves; without self-correction it is bounded at 0 retries.
+                try:
+                    out = self._component("corrector").run(question=question, documents=documents)
+                except Exception as exc:  # the loop machinery itself failed: answer plainly instead
+                    self._record_failure("self_correction", exc)
+                    out = None
+                if out:
+                    result.answer, support, result.corrections = out["answer"], out["support"], out["corrections"]
+                    result.details["hallucination"] = out["hallucination"]
+                    if f.self_correction:
+                        result.exit_reason = out["exit_reason"]
+                else:
+                    result.answer = self._answer(question, documents)
             else:
-                answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": context_messages(documents, answer_task(question))}, "ChatGenerator")
-                result.answer = answer if answer else NO_ANSWER
-            support = None
-            if f.hallucination_check and documents:
-                attempt = 0
-                while True:
-                    out = self._step("hallucination", self._component("hallucination").run, {"answer": result.answer, "documents": documents}, "HallucinationDetector")
-                    support = out["score"] if out else None
-                    if out:
-                        result.details["hallucination"] = out["hallucination"]
-                    if not f.self_correction:
-                        break
-                    decision = self.correction_router.run(score=support, threshold=f.support_threshold, attempt=attempt, max_corrections=f.max_corrections, n_docs=len(documents))
-                    if "done" in decision:
-                        result.exit_reason = decision["done"]
-                        break
-                    attempt = decision["retry"]
-                    retry = self._step("correct", lambda messages: self._generate(messages, "correct"), {"messages": context_messages(documents, strict_answer_task(question))}, "ChatGenerator")
-                    result.corrections = attempt
-                    if retry:
-                        result.answer = retry
+                result.answer = self._answer(question, documents)
 
             out = self._step("confidence", self._component("confidence").run, {"documents": documents, "grades": grades, "support": support}, "ConfidenceScorer")
             if out:

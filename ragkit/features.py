@@ -1,6 +1,6 @@
 """``Features``: every agentic toggle and threshold in one dataclass, loadable from YAML.
 
-``Features()`` is plain RAG (hybrid retrieval, top 5, answer). Each toggle adds one step; the
+``Features()`` is plain RAG (hybrid retrieval, top 3, answer). Each toggle adds one step; the
 notebook widgets and the benchmark flip exactly these fields, so "what does grading do?" is
 ``replace(features, grading=True)``.
 """
@@ -17,28 +17,32 @@ import yaml
 
 from ragkit.config import reject_unknown_keys
 
+# Per route: retrieve at all, how many chunks reach the LLM, and whether HyDE runs (when on).
+# HyDE pays off when a question's words are not the documents' words (analytical, comparative,
+# summary questions); a factual lookup names its entity, which BM25 already finds, so there HyDE
+# would only add an LLM call (bench/results/agentic_squad.json, "hyde" row).
 DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
-    "SIMPLE": {"retrieve": False, "top_k": 0},  # answer from the model's own knowledge
-    "FACTUAL": {"retrieve": True, "top_k": 5},
-    "ANALYTICAL": {"retrieve": True, "top_k": 8},  # deeper
-    "COMPARISON": {"retrieve": True, "top_k": 8},  # deeper: both sides must be in the context
-    "SUMMARY": {"retrieve": True, "top_k": 10},  # broader
+    "SIMPLE": {"retrieve": False, "top_k": 0, "hyde": False},  # answer from the model's own knowledge
+    "FACTUAL": {"retrieve": True, "top_k": 3, "hyde": False},
+    "ANALYTICAL": {"retrieve": True, "top_k": 5, "hyde": True},  # deeper
+    "COMPARISON": {"retrieve": True, "top_k": 5, "hyde": True},  # deeper: both sides must be in the context
+    "SUMMARY": {"retrieve": True, "top_k": 6, "hyde": True},  # broader
 }
 
 
 @dataclass
 class Features:
     routing: bool = False
-    router_backend: str = "embedding"  # rules | embedding | llm
+    router_backend: str = "rules"  # rules | embedding | llm (measured: bench/results/routing.json)
     route_policy: dict[str, dict[str, Any]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_ROUTE_POLICY))
     hyde: bool = False
     hyde_passages: int = 1
     retrieval_mode: str = "hybrid"  # dense | sparse | hybrid
-    top_k: int = 5
+    top_k: int = 3  # chunks in the answer prompt: each SQuAD-sized chunk costs ~1 s of prompt evaluation on 2 cores
     rerank: bool = False
     rerank_backend: str = "bi-encoder"  # bi-encoder | llm | cross-encoder
     rerank_model: str | None = None
-    rerank_candidates: int = 15
+    rerank_candidates: int = 10
     grading: bool = False
     grader_backend: str = "llm"  # llm | embedding
     grade_threshold: float = 4.0
@@ -75,7 +79,8 @@ class Features:
 
     @classmethod
     def all_on(cls, **overrides: Any) -> "Features":
-        return cls(routing=True, hyde=True, rerank=True, grading=True, hallucination_check=True, self_correction=True, confidence_floor=0.35, **overrides).validate()
+        on = dict(routing=True, hyde=True, rerank=True, grading=True, hallucination_check=True, self_correction=True, confidence_floor=0.35)
+        return cls(**{**on, **overrides}).validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -94,3 +95,32 @@ class LlamaProbe:
         probs = np.exp(values - values.max())
         probs /= probs.sum()
         return {label: float(p) for label, p in zip(label_logits, probs)}
+
+
+_PROBES: "weakref.WeakKeyDictionary[Any, LlamaProbe]" = weakref.WeakKeyDictionary()
+
+
+def probe_for(generator: Any) -> LlamaProbe:
+    """One probe (and chat formatter) per generator, shared by every caller."""
+    try:
+        return _PROBES.setdefault(generator, LlamaProbe(generator))
+    except TypeError:  # not weak-referenceable or unhashable: a fresh probe still works
+        return LlamaProbe(generator)
+
+
+def prompt_cache_split(generator: Any, messages: list[ChatMessage]) -> tuple[int, int] | None:
+    """(prompt tokens, tokens llama.cpp will reuse from its KV cache) for a chat call about to be made.
+
+    llama.cpp keeps the longest common token prefix of the previous and the new prompt and
+    evaluates only the rest (at least one token, for fresh logits). None when the generator is not a
+    loaded llama.cpp model, or the prompt cannot be formatted."""
+    if not LlamaProbe.supports(generator) or getattr(generator, "_model", None) is None:
+        return None
+    try:
+        probe = probe_for(generator)
+        llm = probe.llm
+        tokens = llm.tokenize(probe.format(messages).encode("utf-8"), special=True)
+        reused = min(llm.longest_token_prefix(llm._input_ids.tolist(), tokens), len(tokens) - 1)
+    except Exception:  # counting is diagnostics; it must never break the call it describes
+        return None
+    return len(tokens), max(reused, 0)

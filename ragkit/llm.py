@@ -40,7 +40,8 @@ def build_chat_generator(models: ModelConfig, streaming_callback=None):
         model=str(path),
         n_ctx=models.n_ctx,
         n_batch=512,
-        model_kwargs={"n_threads": models.n_threads or os.cpu_count() or 2, "verbose": False, "seed": models.seed},
+        # flash attention: +19% prompt tokens/s for the 0.5B on 2 cores (184 -> 219), same outputs
+        model_kwargs={"n_threads": models.n_threads or os.cpu_count() or 2, "verbose": False, "seed": models.seed, "flash_attn": True},
         generation_kwargs={**generation_kwargs, "seed": models.seed},
         streaming_callback=streaming_callback,
     )

@@ -40,8 +40,9 @@ def context_messages(documents: list[Document], task: str, max_chars: int | None
 
 def answer_task(question: str) -> str:
     return (
-        f"Task: answer the question using only the sources. Cite sources like [1]. If they do not contain "
-        f"the answer, reply exactly: {NO_ANSWER} Keep it short.\nQuestion: {question}"
+        "Task: answer the question using only the sources, in one short sentence — or just the name, number or "
+        f"date when that is what is asked. Cite sources like [1]. If they do not contain the answer, reply exactly: "
+        f"{NO_ANSWER}\nQuestion: {question}"
     )
 
 
@@ -50,6 +51,6 @@ def strict_answer_task(question: str) -> str:
     return (
         "Task: answer the question using only facts stated in the sources, citing them like [1]. Do not add "
         "anything the sources do not state; if they cover only part of the question, answer that part and say "
-        f"what the sources don't cover. If they contain nothing relevant, reply exactly: {NO_ANSWER}\n"
+        f"what the sources don't cover. Keep it short. If they contain nothing relevant, reply exactly: {NO_ANSWER}\n"
         f"Question: {question}"
     )

@@ -19,7 +19,7 @@ from ragkit.components.dense_retriever import FaissRetriever
 from ragkit.components.sparse_retriever import BM25sRetriever
 from ragkit.config import ModelConfig, RetrievalMode
 from ragkit.index import RagIndex
-from ragkit.llm import build_text_embedder
+from ragkit.llm import build_text_embedder, shared_text_embedder
 
 MAX_QUERY_CHARS = 4000
 # Weight of the BM25 list in reciprocal rank fusion (dense gets the rest; 0.5 is plain RRF).
@@ -118,8 +118,7 @@ class HybridRetriever:
     @property
     def embedder(self):
         if self._embedder is None:
-            self._embedder = build_text_embedder(self.models)
-            self._embedder.warm_up()
+            self._embedder = shared_text_embedder(self.models.embedder)
         return self._embedder
 
     def embed(self, query: str) -> list[float]:

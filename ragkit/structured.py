@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llama_probe import prompt_cache_split
 from ragkit.trace import record
 
 
@@ -141,6 +142,7 @@ def call_llm(
     """Run one chat call, parse its reply, and record calls, tokens and any fallback on the trace."""
     t0 = time.perf_counter()
     kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+    cache_split = prompt_cache_split(generator, messages)
     try:
         reply = generator.run(messages=messages, **kwargs)["replies"][0]
     except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
@@ -149,7 +151,14 @@ def call_llm(
         return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0)
     seconds = time.perf_counter() - t0
     usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
-    record(llm_calls=1, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0))
+    if cache_split is not None:
+        usage["prompt_tokens_reused"] = min(cache_split[1], usage.get("prompt_tokens", cache_split[0]))
+    record(
+        llm_calls=1,
+        prompt_tokens=usage.get("prompt_tokens", 0),
+        completion_tokens=usage.get("completion_tokens", 0),
+        prompt_tokens_reused=usage.get("prompt_tokens_reused", 0),
+    )
     text = reply.text or ""
     try:
         value = parse(text)

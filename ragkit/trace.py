@@ -50,6 +50,7 @@ class Step:
             "ms": round(self.seconds * 1000, 1),
             "llm_calls": self.llm_calls,
             "prompt_tokens": self.prompt_tokens,
+            "reused": self.prompt_tokens_reused,
             "completion_tokens": self.completion_tokens,
             "docs": f"{len(self.docs_in)} → {len(self.docs_out)}" if (self.docs_in or self.docs_out) else "",
             "decision": ", ".join(f"{k}={v}" for k, v in self.decision.items()),
@@ -76,6 +77,19 @@ class Trace:
     @property
     def prompt_tokens(self) -> int:
         return sum(s.prompt_tokens for s in self.steps)
+
+    @property
+    def prompt_tokens_reused(self) -> int:
+        return sum(s.prompt_tokens_reused for s in self.steps)
+
+    @property
+    def prompt_tokens_evaluated(self) -> int:
+        """Prompt tokens the LLM actually computed: the rest came from llama.cpp's prompt cache."""
+        return self.prompt_tokens - self.prompt_tokens_reused
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(s.completion_tokens for s in self.steps)
 
     @property
     def fallbacks(self) -> list[str]:
@@ -129,6 +143,9 @@ class _Span(tracing.Span):
         outputs = tags.get("haystack.component.output") or {}
         step.docs_in = _doc_list(inputs.get("documents")) if isinstance(inputs, dict) else []
         step.docs_out = _doc_list(outputs.get("documents")) if isinstance(outputs, dict) else []
+        if step.component.endswith("Router") and isinstance(outputs, dict) and not step.decision:
+            # which branch a router (e.g. Haystack's ConditionalRouter) took, and short scalar values
+            step.decision = {k: v for k, v in outputs.items() if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 40)} or {"branch": ",".join(outputs)}
         return step
 
 

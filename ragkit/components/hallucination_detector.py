@@ -29,7 +29,7 @@ from typing import Any, Literal, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.llama_probe import LlamaProbe
+from ragkit.llama_probe import LlamaProbe, probe_for
 from ragkit.prompts import NO_ANSWER, context_messages
 from ragkit.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
 from ragkit.trace import record
@@ -44,15 +44,20 @@ def split_sentences(answer: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) > 2]
 
 
-def judge_task(sentence: str) -> str:
-    return f"Task: is the following claim stated or directly implied by the sources? Answer yes or no.\nClaim: {sentence}"
+def judge_task(sentence: str, question: str | None = None) -> str:
+    asked = f"Question: {question}\n" if question else ""
+    return (
+        "Task: check the answer below against the sources. Reply yes if the sources state it or directly imply it, "
+        f"no if they say something else or do not mention it.\n{asked}Answer: {sentence}\nSupported by the sources (yes/no)?"
+    )
 
 
-def judge_batch_task(sentences: list[str]) -> str:
+def judge_batch_task(sentences: list[str], question: str | None = None) -> str:
+    asked = f"Question: {question}\n" if question else ""
     claims = "\n".join(f"{i}. {s}" for i, s in enumerate(sentences, 1))
     return (
         f"Task: for each of the {len(sentences)} claims, answer yes if the sources state or directly imply it, "
-        f"no otherwise. Reply with a JSON list of {len(sentences)} strings, \"yes\" or \"no\".\nClaims:\n{claims}"
+        f"no otherwise. Reply with a JSON list of {len(sentences)} strings, \"yes\" or \"no\".\n{asked}Claims:\n{claims}"
     )
 
 
@@ -98,7 +103,7 @@ class HallucinationDetector:
         self.hhem_model = hhem_model
         self.threshold = threshold
         self.max_chars_per_doc = max_chars_per_doc
-        self._probe = LlamaProbe(generator) if generator is not None and LlamaProbe.supports(generator) else None
+        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
         self._hhem = None
 
     def warm_up(self) -> None:
@@ -120,28 +125,33 @@ class HallucinationDetector:
     def from_dict(cls, data: dict[str, Any]) -> "HallucinationDetector":
         return default_from_dict(cls, generator_from_dict(data))
 
-    def _judge(self, sentences: list[str], documents: list[Document]) -> tuple[list[float] | None, str | None]:
+    def _judge(self, sentences: list[str], documents: list[Document], question: str | None) -> tuple[list[float] | None, str | None]:
         if self._probe is not None:
             scores = []
             before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
             for sentence in sentences:
-                messages = context_messages(documents, judge_task(sentence), self.max_chars_per_doc)
+                messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc)
                 probs = self._probe.choice_probs(messages, {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]})
                 scores.append(probs["yes"])
+            # one judge step = one call: every sentence is a forward pass over the same cached prefix
+            # (no generation), and the passes are counted in the decision
             record(
-                llm_calls=len(sentences),
-                prompt_tokens=self._probe.evaluated_tokens - before_eval,
+                decision={"forward_passes": len(sentences)},
+                llm_calls=1,
+                prompt_tokens=(self._probe.evaluated_tokens - before_eval) + (self._probe.reused_tokens - before_reused),
                 prompt_tokens_reused=self._probe.reused_tokens - before_reused,
             )
             return scores, None
         n = len(sentences)
-        messages = context_messages(documents, judge_batch_task(sentences), self.max_chars_per_doc)
+        messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc)
         kwargs = {**_yes_no_constraint(self.generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
         reply = call_llm(self.generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
         return (reply.value, None) if reply.ok else (None, reply.error)
 
     @component.output_types(score=Optional[float], supported=Optional[bool], hallucination=dict)
-    def run(self, answer: str, documents: list[Document]) -> dict[str, Any]:
+    def run(self, answer: str, documents: list[Document], question: Optional[str] = None) -> dict[str, Any]:
+        """``question`` (optional) is shown to the judge: short answers ("1879.") are only checkable
+        against what they answer."""
         info: dict[str, Any] = {"backend": self.backend, "threshold": self.threshold}
         sentences = split_sentences(answer or "")
         if not sentences or answer.strip() == NO_ANSWER:
@@ -157,7 +167,7 @@ class HallucinationDetector:
                 scores = self._hhem.score([(premise, s) for s in sentences])
                 error = None
             else:
-                scores, error = self._judge(sentences, documents)
+                scores, error = self._judge(sentences, documents, question)
         except Exception as exc:  # a judge that breaks must not take the answer down with it
             scores, error = None, f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
             record(fallback=f"hallucination: {error}")

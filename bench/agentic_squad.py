@@ -1,0 +1,224 @@
+"""What each agentic feature does to answer quality, faithfulness, latency and LLM cost, on SQuAD.
+
+One process, one index of all 2,067 SQuAD v1.1 dev paragraphs (one chunk each), N seeded dev
+questions. For every question, every config runs back to back (question-major order, so machine
+noise hits all configs alike), each from a cold llama.cpp prompt cache: the cache is reset before
+every question, so a config never reuses another config's context. Within one question a config
+reuses its own cached prefix — that is the design being measured.
+
+Per config: SQuAD EM and F1 (official normalisation; citations stripped; a decline scores 0),
+faithfulness by the judge (share of answered questions whose answer the LLM judge — same model,
+with the question, outside the timed call — scores >= 0.5 against the sources the answer was
+written from) and by lexical support (share of the answer's content words found in those
+sources), decline rate, latency p50/p95 of ``AgenticRAG.ask``, LLM calls and prompt tokens
+(total, evaluated, reused) per question.
+
+    .venv/bin/python bench/agentic_squad.py                        # 0.5B: every config; 1.5B: plain + full
+    .venv/bin/python bench/agentic_squad.py --questions 5 --out /tmp/agentic.json   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from squad_common import ROOT, exact_match, f1_score, load_squad, run_facts, squad_index, strip_citations
+from tqdm import tqdm
+
+from ragkit.agentic import AgenticRAG
+from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.config import ModelConfig, RagConfig
+from ragkit.features import Features
+from ragkit.llm import build_chat_generator
+from ragkit.prompts import NO_ANSWER
+
+CONFIGS: dict[str, Features] = {
+    "plain": Features(),
+    "routing": Features(routing=True),
+    "hyde": Features(hyde=True),
+    "rerank": Features(rerank=True),
+    "grading": Features(grading=True),
+    "hallucination_check": Features(hallucination_check=True),
+    "self_correction": Features(hallucination_check=True, self_correction=True),
+    "confidence_floor": Features(confidence_floor=Features.all_on().confidence_floor),
+    "full": Features.all_on(),
+}
+SMALL, LARGE = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
+_WORD = re.compile(r"[a-z0-9]+")
+STOPWORDS = set(
+    "a an the of in on at to for from by with and or but is are was were be been being it its this that these those as "
+    "which who whom whose what when where why how not no do does did has have had than then there their they he she his "
+    "her him them we you your our i me my so if into about over under also can could would should may might will shall".split()
+)
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+def lexical_support(answer: str, documents) -> float | None:
+    words = content_words(strip_citations(answer))
+    if not words:
+        return None
+    context = set(content_words(" ".join(d.content or "" for d in documents)))
+    return sum(w in context for w in words) / len(words)
+
+
+def pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(values), q)), 3)
+
+
+def summarize(model: str, rows: list[dict]) -> dict:
+    answered = [r for r in rows if not r["declined"]]
+    judged = [r for r in answered if r["judge"] is not None]
+    lexical = [r["lexical"] for r in answered if r["lexical"] is not None]
+    return {
+        "model": model,
+        "em": round(statistics.fmean(r["em"] for r in rows), 4),
+        "f1": round(statistics.fmean(r["f1"] for r in rows), 4),
+        "faithfulness": round(sum(r["judge"] >= 0.5 for r in judged) / len(judged), 4) if judged else None,
+        "faithfulness_judge_mean": round(statistics.fmean(r["judge"] for r in judged), 4) if judged else None,
+        "faithfulness_lexical": round(statistics.fmean(lexical), 4) if lexical else None,
+        "decline_rate": round(1 - len(answered) / len(rows), 4),
+        "latency_s_p50": pct([r["seconds"] for r in rows], 50),
+        "latency_s_p95": pct([r["seconds"] for r in rows], 95),
+        "llm_calls_per_q": round(statistics.fmean(r["llm_calls"] for r in rows), 3),
+        "prompt_tokens_per_q": round(statistics.fmean(r["prompt_evaluated"] for r in rows), 1),
+        "prompt_tokens_total_per_q": round(statistics.fmean(r["prompt_total"] for r in rows), 1),
+        "prompt_tokens_reused_per_q": round(statistics.fmean(r["prompt_reused"] for r in rows), 1),
+        "completion_tokens_per_q": round(statistics.fmean(r["completion"] for r in rows), 1),
+        "gold_paragraph_in_sources": round(statistics.fmean(r["gold_in_sources"] for r in rows), 4),
+        "fallbacks": sum(r["fallbacks"] for r in rows),
+        "corrections": sum(r["corrections"] for r in rows),
+        "routes": {k: sum(str(r["route"]) == k for r in rows) for k in sorted({str(r["route"]) for r in rows})},
+        "exit_reasons": {k: sum(str(r["exit_reason"]) == k for r in rows) for k in sorted({str(r["exit_reason"]) for r in rows})},
+    }
+
+
+def markdown_table(configs: dict[str, dict]) -> str:
+    head = "| config | model | EM | F1 | faithful (judge) | lexical support | declined | p50 s | p95 s | LLM calls/q | prompt tok evaluated/q | reused/q |"
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for name, c in configs.items():
+        def f(key, digits=3):
+            return "n/a" if c.get(key) is None else f"{c[key]:.{digits}f}"
+        lines.append(
+            f"| {name} | {c['model'].replace('qwen2.5-coder-', '')} | {f('em')} | {f('f1')} | {f('faithfulness')} | {f('faithfulness_lexical')} | "
+            f"{f('decline_rate', 2)} | {f('latency_s_p50', 2)} | {f('latency_s_p95', 2)} | {f('llm_calls_per_q', 2)} | {f('prompt_tokens_per_q', 0)} | {f('prompt_tokens_reused_per_q', 0)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def reset_prompt_cache(generator) -> None:
+    llm = getattr(generator, "_model", None)
+    if llm is not None:
+        llm.reset()
+
+
+def run_model(model: str, configs: list[str], questions: list[dict], index, log) -> dict[str, list[dict]]:
+    generator = build_chat_generator(ModelConfig(llm=model))
+    generator.warm_up()
+    config = RagConfig(models=ModelConfig(llm=model))
+    rags = {name: AgenticRAG(CONFIGS[name], config=config, generator=generator, index=index) for name in configs}
+    judge = HallucinationDetector(backend="llm_judge", generator=generator, threshold=0.5)
+    fallback_sources = AgenticRAG(Features(), config=config, generator=generator, index=index).retriever
+    for rag in rags.values():  # load embedders, prototypes and rerankers before timing
+        rag.ask("Warm-up question: what is the capital of France?")
+    rows: dict[str, list[dict]] = {name: [] for name in configs}
+    for q in tqdm(questions, desc=model, file=sys.stderr, mininterval=5):
+        for name, rag in rags.items():
+            reset_prompt_cache(generator)
+            result = rag.ask(q["question"])
+            trace = result.trace
+            declined = result.declined or result.answer.strip() == NO_ANSWER
+            sources = result.sources or fallback_sources.retrieve(q["question"], top_k=5).documents
+            judge_score = None if declined else judge.run(answer=result.answer, documents=sources, question=q["question"])["score"]
+            rows[name].append({
+                "id": q["id"], "answer": result.answer, "declined": declined, "route": result.route,
+                "em": 0.0 if declined else exact_match(result.answer, q["answers"]),
+                "f1": 0.0 if declined else f1_score(result.answer, q["answers"]),
+                "judge": judge_score, "lexical": None if declined else lexical_support(result.answer, sources),
+                "gold_in_sources": any(d.id == q["doc_id"] or (d.meta.get("parent_id") == q["doc_id"]) for d in result.sources),
+                "seconds": result.seconds, "llm_calls": trace.llm_calls,
+                "prompt_total": trace.prompt_tokens, "prompt_reused": trace.prompt_tokens_reused,
+                "prompt_evaluated": trace.prompt_tokens_evaluated, "completion": trace.completion_tokens,
+                "fallbacks": len(trace.fallbacks), "corrections": result.corrections, "exit_reason": result.exit_reason,
+            })
+        if len(rows[configs[0]]) % 10 == 0:
+            log({name: summarize(model, r) for name, r in rows.items()})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--small", default=SMALL)
+    parser.add_argument("--small-configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--large", default=LARGE)
+    parser.add_argument("--large-configs", nargs="*", default=["plain", "full"])
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agentic_squad.json"))
+    args = parser.parse_args()
+    out = Path(args.out)
+
+    docs, questions = load_squad()
+    index = squad_index(docs)
+    sample = random.Random(args.seed).sample(questions, args.questions)
+    started = time.time()
+    report = {
+        "benchmark": "agentic features on SQuAD v1.1 dev",
+        "command": "python bench/agentic_squad.py " + " ".join(sys.argv[1:]),
+        "questions": len(sample),
+        "index_chunks": len(index),
+        "seed": args.seed,
+        "configs": {},
+        "features": {name: CONFIGS[name].to_dict() for name in CONFIGS},
+        "notes": {
+            "faithfulness": "share of answered questions judged supported (P >= 0.5) by the LLM judge of the same model, "
+            "given the question, against the sources the answer was written from (top-5 retrieval when the route skipped retrieval)",
+            "faithfulness_lexical": "mean share of the answer's content words found in those sources",
+            "prompt_tokens_per_q": "prompt tokens the LLM evaluated; prompt_tokens_reused_per_q came from llama.cpp's prompt cache",
+            "latency": "wall seconds of AgenticRAG.ask, prompt cache reset before each question and config",
+        },
+        "run": run_facts(),
+    }
+
+    def write(partial: dict[str, dict], suffix: str = "") -> None:
+        report["configs"].update({name + suffix: stats for name, stats in partial.items()})
+        report["elapsed_s"] = round(time.time() - started, 1)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
+    plans = [(args.small, args.small_configs, "")]
+    if args.large_configs:
+        plans.append((args.large, args.large_configs, "_1.5b" if "1.5b" in args.large else "_large"))
+    all_rows = {}
+    for model, configs, suffix in plans:
+        rows = run_model(model, configs, sample, index, lambda stats, s=suffix: write(stats, s))
+        write({name: summarize(model, r) for name, r in rows.items()}, suffix)
+        all_rows.update({name + suffix: r for name, r in rows.items()})
+        for name, r in rows.items():
+            print(f"{name + suffix:24s} {json.dumps(summarize(model, r))}", file=sys.stderr)
+    configs = report["configs"]
+    if "plain" in configs and "full" in configs:
+        report["targets"] = {
+            "full_latency_over_plain": round(configs["full"]["latency_s_p50"] / configs["plain"]["latency_s_p50"], 3),
+            "full_llm_calls_per_q": configs["full"]["llm_calls_per_q"],
+            "full_f1_minus_plain_f1": round(configs["full"]["f1"] - configs["plain"]["f1"], 4),
+            "full_faithfulness": configs["full"]["faithfulness"],
+        }
+    write({})
+    out.with_suffix(".md").write_text(markdown_table(report["configs"]))
+    out.with_suffix(".answers.jsonl").write_text("".join(json.dumps({"config": name, **row}) + "\n" for name, rows in all_rows.items() for row in rows))
+    print(json.dumps(report.get("targets"), indent=1), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Shared pieces of the SQuAD benchmarks: data loading, the index of all dev paragraphs, SQuAD's
+official answer normalisation (EM / F1), and the run's machine facts."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import platform
+import re
+import string
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from haystack import Document
+
+ROOT = Path(__file__).resolve().parent.parent
+SQUAD_DEV = ROOT / "data" / "squad" / "squaddev_v1.1.json.gz"
+CACHE = ROOT / "bench" / ".cache"
+
+
+def load_squad(path: Path = SQUAD_DEV) -> tuple[list[Document], list[dict]]:
+    """Every dev paragraph as a Document (id ``article-paragraph``) and every question with its
+    gold answers and paragraph id."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    docs, questions = [], []
+    for a, article in enumerate(data["data"]):
+        title = article["title"].replace("_", " ")
+        for p, para in enumerate(article["paragraphs"]):
+            doc_id = f"{a}-{p}"
+            docs.append(Document(id=doc_id, content=para["context"], meta={"title": title, "source": f"squad:{article['title']}"}))
+            for qa in para["qas"]:
+                questions.append({"id": qa["id"], "question": qa["question"], "answers": [x["text"] for x in qa["answers"]], "doc_id": doc_id, "context": para["context"]})
+    return docs, questions
+
+
+def squad_index(docs: list[Document], embedder: str = "all-MiniLM-L6-v2"):
+    """A RagIndex of all paragraphs (one chunk each), built once and kept under bench/.cache."""
+    from ragkit.config import ModelConfig
+    from ragkit.index import RagIndex
+    from ragkit.llm import build_document_embedder
+
+    path = CACHE / f"squad_dev_index_{embedder}"
+    if RagIndex.exists(path):
+        try:
+            index = RagIndex.load(path, expected_embedder=embedder)
+            if len(index) == len(docs):
+                return index
+        except Exception:  # stale or damaged cache: rebuild
+            pass
+    embed = build_document_embedder(ModelConfig(embedder=embedder), progress_bar=True, batch_size=64)
+    embed.warm_up()
+    embedded = embed.run(documents=[Document(id=d.id, content=d.content, meta=dict(d.meta)) for d in docs])["documents"]
+    index = RagIndex(embedder=embedder, dim=len(embedded[0].embedding))
+    index.add(embedded)
+    index.save(path)
+    return index
+
+
+# -- SQuAD v1.1 official evaluation (normalisation, EM, token F1) ------------------------------
+_CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+
+
+def normalize_answer(text: str) -> str:
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def strip_citations(answer: str) -> str:
+    return _CITATION.sub("", answer).strip()
+
+
+def exact_match(prediction: str, gold: list[str]) -> float:
+    pred = normalize_answer(strip_citations(prediction))
+    return float(any(pred == normalize_answer(g) for g in gold))
+
+
+def f1_score(prediction: str, gold: list[str]) -> float:
+    pred_tokens = normalize_answer(strip_citations(prediction)).split()
+    best = 0.0
+    for g in gold:
+        gold_tokens = normalize_answer(g).split()
+        common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+        same = sum(common.values())
+        if not same or not pred_tokens or not gold_tokens:
+            continue
+        precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+# -- run facts ---------------------------------------------------------------------------------
+def run_facts() -> dict:
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = [x.strip() for x in subprocess.run(["git", "status", "--porcelain", "ragkit", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "?", []
+    return {
+        "git_commit": commit,
+        "uncommitted_changes": dirty,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {d: version(d) for d in ("haystack-ai", "llama_cpp_python", "sentence-transformers", "faiss-cpu", "bm25s", "torch")},
+    }

@@ -1,0 +1,132 @@
+"""SelfCorrectingAnswerer: answer, check the answer, and re-answer under a stricter prompt — a
+bounded Haystack pipeline loop.
+
+The loop is an ordinary Haystack ``Pipeline`` with a cycle::
+
+    answer_prompt (ChatPromptBuilder) → answer (GuardedGenerator) → hallucination (HallucinationDetector)
+          ↑                                   ↑                         ↓
+          └──────────── retry ────────────────┴──────── correction_router (ConditionalRouter)
+                                                              ↕ correction_count (OutputAdapter)
+
+``correction_router`` ends the loop with an exit reason — ``supported`` (score ≥ threshold),
+``max_corrections`` (the bound), ``unknown`` (the judge could not score) — or sends ``retry`` with
+the attempt number back to the prompt builder, whose template then switches to the strict task
+("use only facts stated in the sources; say what they don't cover"), and the previous answer to
+the generator as its fallback. Haystack cannot connect a component to itself, so the attempt
+number reaches the router again through ``correction_count``. The prompt builder names its
+``required_variables`` explicitly (Haystack 3 needs it for loop inputs); ``attempt`` stays optional
+because it arrives only from the loop. ``no_context`` (no documents) exits before any LLM call.
+
+The prompt is ``ragkit.prompts.context_messages`` — the same bytes the grader and the judge send —
+so the sources are evaluated once per question and reused from llama.cpp's cache.
+
+Usage::
+
+    corrector = SelfCorrectingAnswerer(generator=llm, threshold=0.5, max_corrections=1)
+    out = corrector.run(question="Where was Tesla born?", documents=docs)
+    out["answer"], out["exit_reason"], out["corrections"], out["support"]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
+from haystack.components.builders import ChatPromptBuilder
+from haystack.components.converters import OutputAdapter
+from haystack.components.routers import ConditionalRouter
+from haystack.dataclasses import ChatMessage
+
+from ragkit.components.guarded_generator import GuardedGenerator
+from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.prompts import NO_ANSWER, SHARED_SYSTEM, answer_task, format_sources, strict_answer_task
+from ragkit.structured import generator_from_dict, generator_to_dict
+
+ANSWER_TEMPLATE = [
+    ChatMessage.from_system(SHARED_SYSTEM),
+    ChatMessage.from_user("{{ sources }}\n\n{% if attempt %}{{ strict_task }}{% else %}{{ task }}{% endif %}"),
+]
+
+
+def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, Any]]:
+    done = {"output_name": ["exit_reason", "answer"], "output_type": [str, str]}
+    return [
+        {"condition": "{{ score is none }}", "output": ["unknown", "{{ answer }}"], **done},
+        {"condition": f"{{{{ score >= {float(threshold)!r} }}}}", "output": ["supported", "{{ answer }}"], **done},
+        {"condition": f"{{{{ (attempt or 0) >= {int(max_corrections)} }}}}", "output": ["max_corrections", "{{ answer }}"], **done},
+        {"condition": "{{ true }}", "output": ["{{ (attempt or 0) + 1 }}", "{{ answer }}"], "output_name": ["retry", "previous_answer"], "output_type": [int, str]},
+    ]
+
+
+def build_correction_pipeline(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> Pipeline:
+    pipe = Pipeline(max_runs_per_component=max_corrections + 2)
+    pipe.add_component("answer_prompt", ChatPromptBuilder(template=ANSWER_TEMPLATE, required_variables=["sources", "task", "strict_task"]))
+    pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
+    pipe.add_component("hallucination", detector)
+    pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt"]))
+    pipe.add_component("correction_count", OutputAdapter(template="{{ attempt }}", output_type=int))
+    pipe.connect("answer_prompt.prompt", "answer.messages")
+    pipe.connect("answer.text", "hallucination.answer")
+    pipe.connect("answer.text", "correction_router.answer")
+    pipe.connect("hallucination.score", "correction_router.score")
+    pipe.connect("correction_router.retry", "answer_prompt.attempt")
+    pipe.connect("correction_router.previous_answer", "answer.fallback")
+    pipe.connect("correction_router.retry", "correction_count.attempt")
+    pipe.connect("correction_count.output", "correction_router.attempt")
+    return pipe
+
+
+@component
+class SelfCorrectingAnswerer:
+    def __init__(
+        self,
+        generator: Any,
+        detector: Optional[HallucinationDetector] = None,
+        threshold: float = 0.5,
+        max_corrections: int = 1,
+        max_tokens: int = 256,
+    ):
+        if max_corrections < 0 or not 0.0 <= threshold <= 1.0:
+            raise ValueError("max_corrections must be >= 0 and threshold in [0, 1]")
+        self.generator = generator
+        self.detector = detector if detector is not None else HallucinationDetector(backend="llm_judge", generator=generator, threshold=threshold)
+        self.threshold = threshold
+        self.max_corrections = max_corrections
+        self.max_tokens = max_tokens
+        self.pipeline = build_correction_pipeline(generator, self.detector, threshold, max_corrections, max_tokens)
+
+    def warm_up(self) -> None:
+        self.pipeline.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, generator=generator_to_dict(self.generator), detector=self.detector.to_dict(),
+            threshold=self.threshold, max_corrections=self.max_corrections, max_tokens=self.max_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SelfCorrectingAnswerer":
+        params = data.get("init_parameters", {})
+        if params.get("detector"):
+            params["detector"] = HallucinationDetector.from_dict(params["detector"])
+        return default_from_dict(cls, generator_from_dict(data))
+
+    @component.output_types(answer=str, exit_reason=str, corrections=int, support=Optional[float], hallucination=dict)
+    def run(self, question: str, documents: list[Document]) -> dict[str, Any]:
+        if not documents:
+            return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
+        out = self.pipeline.run(
+            {
+                "answer_prompt": {"sources": format_sources(documents), "task": answer_task(question), "strict_task": strict_answer_task(question)},
+                "hallucination": {"documents": documents, "question": question},
+            },
+            include_outputs_from={"hallucination", "correction_count"},
+        )
+        judged = out.get("hallucination", {})
+        return {
+            "answer": out["correction_router"]["answer"],
+            "exit_reason": out["correction_router"]["exit_reason"],
+            "corrections": int(out.get("correction_count", {}).get("output", 0) or 0),
+            "support": judged.get("score"),
+            "hallucination": judged.get("hallucination", {}),
+        }
