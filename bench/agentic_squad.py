@@ -22,17 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from squad_common import ROOT, exact_match, f1_score, load_squad, run_facts, squad_index, strip_citations
+from squad_common import ROOT, load_squad, run_facts, squad_index
 from tqdm import tqdm
 
 from ragkit.agentic import AgenticRAG
+from ragkit.evaluation import exact_match, f1_score, lexical_support
 from ragkit.components.hallucination_detector import HallucinationDetector
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.features import Features
@@ -51,26 +51,6 @@ CONFIGS: dict[str, Features] = {
     "full": Features.all_on(),
 }
 SMALL, LARGE = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
-_WORD = re.compile(r"[a-z0-9]+")
-STOPWORDS = set(
-    "a an the of in on at to for from by with and or but is are was were be been being it its this that these those as "
-    "which who whom whose what when where why how not no do does did has have had than then there their they he she his "
-    "her him them we you your our i me my so if into about over under also can could would should may might will shall".split()
-)
-
-
-def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-
-
-def lexical_support(answer: str, documents) -> float | None:
-    words = content_words(strip_citations(answer))
-    if not words:
-        return None
-    context = set(content_words(" ".join(d.content or "" for d in documents)))
-    return sum(w in context for w in words) / len(words)
-
-
 def pct(values: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values), q)), 3)
 

@@ -3,13 +3,10 @@ official answer normalisation (EM / F1), and the run's machine facts."""
 
 from __future__ import annotations
 
-import collections
 import gzip
 import json
 import os
 import platform
-import re
-import string
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -60,38 +57,8 @@ def squad_index(docs: list[Document], embedder: str = "all-MiniLM-L6-v2"):
     return index
 
 
-# -- SQuAD v1.1 official evaluation (normalisation, EM, token F1) ------------------------------
-_CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
-
-
-def normalize_answer(text: str) -> str:
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def strip_citations(answer: str) -> str:
-    return _CITATION.sub("", answer).strip()
-
-
-def exact_match(prediction: str, gold: list[str]) -> float:
-    pred = normalize_answer(strip_citations(prediction))
-    return float(any(pred == normalize_answer(g) for g in gold))
-
-
-def f1_score(prediction: str, gold: list[str]) -> float:
-    pred_tokens = normalize_answer(strip_citations(prediction)).split()
-    best = 0.0
-    for g in gold:
-        gold_tokens = normalize_answer(g).split()
-        common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-        same = sum(common.values())
-        if not same or not pred_tokens or not gold_tokens:
-            continue
-        precision, recall = same / len(pred_tokens), same / len(gold_tokens)
-        best = max(best, 2 * precision * recall / (precision + recall))
-    return best
+# SQuAD's answer normalisation, EM and F1 live in the package (the notebooks use them too).
+from ragkit.evaluation import exact_match, f1_score, normalize_answer, strip_citations  # noqa: E402,F401
 
 
 # -- run facts ---------------------------------------------------------------------------------

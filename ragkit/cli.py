@@ -40,10 +40,53 @@ def cmd_index(args, console) -> int:
     return 0
 
 
+def cmd_ask_agentic(args, console) -> int:
+    from rich.table import Table
+
+    from ragkit.agentic import AgenticRAG
+    from ragkit.features import Features
+
+    features = Features.from_yaml(args.features) if args.features else Features()
+    if args.all_features:
+        features = Features.all_on(**{k: v for k, v in features.to_dict().items() if k not in ("routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction", "confidence_floor")})
+    config = _config(args)
+    if args.top_k:
+        features.top_k = args.top_k
+    if args.mode:
+        features.retrieval_mode = args.mode
+    result = AgenticRAG(features.validate(), index_dir=args.index_dir, config=config).ask(args.question)
+    trace = result.trace
+    if args.json:
+        print(json.dumps({
+            "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
+            "route": result.route, "exit_reason": result.exit_reason, "declined": result.declined, "corrections": result.corrections,
+            "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
+            "seconds": result.seconds, "trace": trace.table(),
+        }, indent=1, default=str))
+        return 0
+    console.print(f"[bold]Q:[/] {result.question}")
+    console.print(f"[bold green]A:[/] {result.answer}")
+    facts = [f"{result.symbol} {result.confidence:.2f}" if result.confidence is not None else "", f"route {result.route}" if result.route else "",
+             f"exit {result.exit_reason}" if result.exit_reason else "", f"{result.seconds:.2f} s", f"{trace.llm_calls} LLM calls",
+             f"{trace.prompt_tokens_evaluated} prompt tokens evaluated, {trace.prompt_tokens_reused} reused"]
+    console.print(" · ".join(f for f in facts if f))
+    table = Table(title="Trace")
+    rows = trace.table()
+    for col in (rows[0] if rows else {}):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*[str(v) for v in row.values()])
+    console.print(table)
+    return 0
+
+
 def cmd_ask(args, console) -> int:
     from rich.table import Table
 
     from ragkit.rag import RAG
+
+    if args.features or args.all_features:
+        return cmd_ask_agentic(args, console)
 
     rag = RAG(args.index_dir, _config(args))
     answer = rag.ask(args.question)
@@ -126,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
     p.add_argument("--llm", help="embedded model name (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b) or a .gguf path")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--features", help="YAML file of agentic Features (routing, hyde, rerank, grading, ...): answer with AgenticRAG")
+    p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")

@@ -30,6 +30,16 @@ DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
 }
 
 
+# The allowed values of the string fields (the notebook's dropdowns are built from this).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "router_backend": ("rules", "embedding", "llm"),
+    "retrieval_mode": ("dense", "sparse", "hybrid"),
+    "rerank_backend": ("bi-encoder", "llm", "cross-encoder"),
+    "grader_backend": ("llm", "embedding"),
+    "hallucination_backend": ("llm_judge", "hhem"),
+}
+
+
 @dataclass
 class Features:
     routing: bool = False
@@ -55,14 +65,7 @@ class Features:
     confidence_floor: float = 0.0  # 0: never decline
 
     def validate(self) -> "Features":
-        choices = {
-            "router_backend": ("rules", "embedding", "llm"),
-            "retrieval_mode": ("dense", "sparse", "hybrid"),
-            "rerank_backend": ("bi-encoder", "llm", "cross-encoder"),
-            "grader_backend": ("llm", "embedding"),
-            "hallucination_backend": ("llm_judge", "hhem"),
-        }
-        for name, allowed in choices.items():
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:

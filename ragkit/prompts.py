@@ -39,10 +39,13 @@ def context_messages(documents: list[Document], task: str, max_chars: int | None
 
 
 def answer_task(question: str) -> str:
+    # Measured on 14 SQuAD questions with the 0.5B (/tmp experiment, see the issue 3 note): asking
+    # for "one short sentence" with a "reply exactly … if they do not contain the answer" escape made
+    # it decline 57% of answerable questions; "only if none of the sources mentions it" 7%, same F1.
     return (
-        "Task: answer the question using only the sources, in one short sentence — or just the name, number or "
-        f"date when that is what is asked. Cite sources like [1]. If they do not contain the answer, reply exactly: "
-        f"{NO_ANSWER}\nQuestion: {question}"
+        "Task: find the answer to the question in the sources and reply with it as briefly as possible (a few "
+        f"words), citing the source like [1]. Reply {NO_ANSWER} only if none of the sources mentions it.\n"
+        f"Question: {question}"
     )
 
 

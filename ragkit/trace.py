@@ -34,6 +34,7 @@ class Step:
     name: str
     component: str = ""
     seconds: float = 0.0
+    started: float = 0.0  # time.perf_counter() at the start, for waterfall plots
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -102,6 +103,13 @@ class Trace:
     def table(self) -> list[dict[str, Any]]:
         return [s.row() for s in self.steps]
 
+    def offsets(self) -> list[tuple[str, float, float]]:
+        """(step, start offset, seconds) with offsets from the first step's start, in run order."""
+        if not self.steps:
+            return []
+        t0 = min(s.started for s in self.steps)
+        return [(s.name, s.started - t0, s.seconds) for s in sorted(self.steps, key=lambda s: s.started)]
+
 
 def _doc_list(value: Any) -> list[tuple[str, float | None]]:
     if isinstance(value, list) and all(isinstance(d, Document) for d in value):
@@ -131,6 +139,7 @@ class _Span(tracing.Span):
             name=tags.get("haystack.component.name", self.operation),
             component=tags.get("haystack.component.type", ""),
             seconds=time.perf_counter() - self.started,
+            started=self.started,
             llm_calls=int(tags.get(_PREFIX + "llm_calls", 0)),
             prompt_tokens=int(tags.get(_PREFIX + "prompt_tokens", 0)),
             completion_tokens=int(tags.get(_PREFIX + "completion_tokens", 0)),

@@ -30,7 +30,7 @@ class ScriptedLLM:
             kind = "judge"
         elif "only facts stated" in text:
             kind = "correct"
-        elif "Task: answer" in text:
+        elif "Task: find the answer" in text:
             kind = "answer"
         else:
             kind = "other"

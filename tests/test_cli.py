@@ -41,3 +41,15 @@ def test_ask_prints_answer_sources_and_latency(sample_index_dir, capsys, monkeyp
     assert "Broncos" in out["answer"]
     assert out["sources"][0]["source"] == "wikipedia/Super_Bowl_50.md"
     assert {"embed", "retrieve", "generate"} <= set(out["timings_s"])
+
+
+@pytest.mark.llm
+def test_ask_with_every_agentic_feature_prints_confidence_route_and_trace(sample_index_dir, capsys, monkeypatch):
+    monkeypatch.setenv("RAGKIT_LLM", "qwen2.5-coder-0.5b")
+    monkeypatch.setenv("RAGKIT_MAX_NEW_TOKENS", "48")
+    assert main(["ask", "Which team won Super Bowl 50?", "--index-dir", str(sample_index_dir), "--all-features", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["route"] == "FACTUAL" and out["symbol"] in "●◐○" and 0 <= out["confidence"] <= 1
+    stages = [row["stage"] for row in out["trace"]]
+    assert {"router", "retrieve", "rerank", "grade", "answer", "hallucination", "confidence"} <= set(stages)
+    assert out["exit_reason"] in ("supported", "max_corrections", "unknown")

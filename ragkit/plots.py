@@ -1,0 +1,116 @@
+"""Matplotlib figures for the notebooks: per-step latency waterfall, confidence breakdown, the A/B
+comparison of two configurations, and the quality-vs-latency scatter of an ablation.
+
+Every function takes results (``AgenticResult`` / ``Trace`` / summary rows) and an optional ``ax``
+and returns the matplotlib ``Figure``, so a test can check what was drawn without a display.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt  # headless runs (CI, nbclient) fall back to Agg on their own
+
+from ragkit.trace import Trace
+
+LLM_COLOR, STEP_COLOR = "#d1495b", "#66a182"
+SIGNAL_ORDER = ("retrieval", "grading", "support")
+
+
+def _axes(ax, figsize=(7, 3)):
+    if ax is not None:
+        return ax.figure, ax
+    fig, ax = plt.subplots(figsize=figsize)
+    return fig, ax
+
+
+def latency_waterfall(trace: Trace, ax=None, title: str = "where the time goes"):
+    """One bar per step, placed at its start; red bars called the LLM."""
+    rows = trace.offsets()
+    fig, ax = _axes(ax, (7, 0.35 * max(len(rows), 3) + 1))
+    calls: dict[str, int] = {}
+    for step in trace.steps:
+        calls[step.name] = calls.get(step.name, 0) + step.llm_calls
+    for i, (name, start, seconds) in enumerate(rows):
+        ax.barh(i, seconds, left=start, color=LLM_COLOR if calls.get(name) else STEP_COLOR)
+        ax.text(start + seconds, i, f" {seconds * 1000:.0f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first step")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def confidence_breakdown(result: Any, ax=None, floor: float | None = None):
+    """The signals confidence is built from, and the confidence itself with the ● ◐ ○ bands."""
+    signals = result.details.get("confidence", {}) or {}
+    names = [n for n in SIGNAL_ORDER if n in signals] + ["confidence"]
+    values = [signals[n] for n in names[:-1]] + [result.confidence or 0.0]
+    fig, ax = _axes(ax, (5, 3))
+    ax.bar(names, values, color=[STEP_COLOR] * (len(names) - 1) + ["#2e4057"])
+    ax.axhspan(0.7, 1.0, color="#66a182", alpha=0.08)
+    ax.axhspan(0.5, 0.7, color="#edae49", alpha=0.08)
+    ax.axhspan(0.0, 0.5, color="#d1495b", alpha=0.06)
+    if floor:
+        ax.axhline(floor, color="black", linestyle="--", linewidth=1, label=f"decline floor {floor}")
+        ax.legend(loc="upper right", fontsize=8)
+    for i, v in enumerate(values):
+        ax.text(i, v + 0.02, f"{v:.2f}", ha="center", fontsize=8)
+    ax.set_ylim(0, 1.08)
+    ax.set_title(f"confidence {result.symbol} {result.confidence or 0:.2f}")
+    fig.tight_layout()
+    return fig
+
+
+def ab_figure(a: Any, b: Any, labels: tuple[str, str] = ("A", "B")):
+    """Two results of the same question: stacked per-step latency, and confidence signals."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    names: list[str] = []
+    for result in (a, b):
+        for step in result.trace.steps:
+            if step.name not in names:
+                names.append(step.name)
+    cmap = plt.get_cmap("tab20")
+    for col, result in enumerate((a, b)):
+        bottom = 0.0
+        per_step: dict[str, float] = {}
+        for step in result.trace.steps:
+            per_step[step.name] = per_step.get(step.name, 0.0) + step.seconds
+        for k, name in enumerate(names):
+            seconds = per_step.get(name, 0.0)
+            if seconds:
+                left.bar(col, seconds, bottom=bottom, color=cmap(k % 20), label=name if col == 0 or name not in [s.name for s in a.trace.steps] else None)
+                bottom += seconds
+        left.text(col, bottom, f"{result.seconds:.2f} s", ha="center", va="bottom", fontsize=9)
+    left.set_xticks([0, 1], list(labels))
+    left.set_ylabel("seconds")
+    left.set_title("latency by step")
+    left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    signals = list(SIGNAL_ORDER) + ["confidence"]
+    width = 0.38
+    for col, result in enumerate((a, b)):
+        values = [(result.details.get("confidence") or {}).get(n, 0.0) for n in SIGNAL_ORDER] + [result.confidence or 0.0]
+        right.bar([i + (col - 0.5) * width for i in range(len(signals))], values, width=width, label=f"{labels[col]} {result.symbol}")
+    right.set_xticks(range(len(signals)), signals)
+    right.set_ylim(0, 1.05)
+    right.set_title("confidence and its signals")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "f1", ax=None):
+    """One point per configuration: latency p50 (x) against a quality measure (y)."""
+    fig, ax = _axes(ax, (6, 4))
+    for name, row in summary.items():
+        x, y = row.get("latency_s_p50"), row.get(quality)
+        if x is None or y is None:
+            continue
+        ax.scatter(x, y, s=40)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("latency p50 (s)")
+    ax.set_ylabel(quality)
+    ax.set_title(f"{quality} vs latency")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,96 @@
+"""SelfCorrectingAnswerer (a Haystack pipeline loop) and GuardedGenerator, with scripted mock LLMs."""
+
+import pytest
+from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
+
+from ragkit.components.guarded_generator import GuardedGenerator
+from ragkit.components.self_correction import SelfCorrectingAnswerer
+from ragkit.prompts import NO_ANSWER
+from ragkit.trace import RagkitTracer
+
+DOCS = [Document(content="Nikola Tesla was born in Smiljan in 1856.", meta={"title": "Tesla"})]
+
+
+def scripted(judgements, fail_strict=False):
+    """Answer prompts get an answer; judge prompts get the next judgement (the last one repeats)."""
+    calls = []
+
+    def respond(messages):
+        text = messages[-1].text
+        if "Claims:" in text:
+            calls.append("judge")
+            label = judgements.pop(0) if len(judgements) > 1 else judgements[0]
+            return f'["{label}"]'
+        if "only facts stated" in text:
+            calls.append("strict")
+            if fail_strict:
+                raise TimeoutError("server timed out")
+            return "Tesla was born in Smiljan [1]."
+        calls.append("answer")
+        return "Tesla was born in Paris [1]."
+
+    return MockChatGenerator(response_fn=respond), calls
+
+
+def test_supported_first_answer_exits_without_retry():
+    llm, calls = scripted(["yes"])
+    out = SelfCorrectingAnswerer(generator=llm, max_corrections=2).run(question="Where was Tesla born?", documents=DOCS)
+    assert out["exit_reason"] == "supported" and out["corrections"] == 0 and calls == ["answer", "judge"]
+    assert out["support"] == 1.0 and out["answer"] == "Tesla was born in Paris [1]."
+
+
+def test_unsupported_answer_is_retried_under_the_strict_prompt():
+    llm, calls = scripted(["no", "yes"])
+    tracer = RagkitTracer()
+    with tracer.collect() as trace:
+        out = SelfCorrectingAnswerer(generator=llm, max_corrections=2).run(question="Where was Tesla born?", documents=DOCS)
+    assert out == {**out, "exit_reason": "supported", "corrections": 1, "answer": "Tesla was born in Smiljan [1]."}
+    assert calls == ["answer", "judge", "strict", "judge"]
+    routers = [s for s in trace.steps if s.name == "correction_router"]
+    assert [r.decision.get("exit_reason", "retry") for r in routers] == ["retry", "supported"]
+
+
+@pytest.mark.parametrize("bound", [0, 1, 3])
+def test_the_loop_is_bounded(bound):
+    llm, calls = scripted(["no"])
+    out = SelfCorrectingAnswerer(generator=llm, max_corrections=bound).run(question="Where was Tesla born?", documents=DOCS)
+    assert out["exit_reason"] == "max_corrections" and out["corrections"] == bound
+    assert calls.count("strict") == bound and calls.count("judge") == bound + 1
+
+
+def test_no_documents_exits_before_any_llm_call():
+    llm, calls = scripted(["yes"])
+    out = SelfCorrectingAnswerer(generator=llm).run(question="Where was Tesla born?", documents=[])
+    assert out["exit_reason"] == "no_context" and out["answer"] == NO_ANSWER and calls == []
+
+
+def test_a_failed_retry_keeps_the_previous_answer():
+    llm, calls = scripted(["no"], fail_strict=True)
+    out = SelfCorrectingAnswerer(generator=llm, max_corrections=1).run(question="Where was Tesla born?", documents=DOCS)
+    assert out["answer"] == "Tesla was born in Paris [1]." and out["exit_reason"] == "max_corrections"
+
+
+def test_round_trip_keeps_the_bound_and_threshold():
+    llm = MockChatGenerator(responses=["yes"])
+    again = SelfCorrectingAnswerer.from_dict(SelfCorrectingAnswerer(generator=llm, threshold=0.7, max_corrections=3).to_dict())
+    assert again.max_corrections == 3 and again.threshold == 0.7 and again.detector.threshold == 0.7
+
+
+def test_guarded_generator_turns_failures_into_a_traced_fallback():
+    def broken(messages):
+        raise ConnectionError("no server")
+
+    tracer = RagkitTracer()
+    with tracer.collect() as trace:
+        from haystack import Pipeline
+
+        pipe = Pipeline()
+        pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(response_fn=broken)))
+        out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})
+    assert out["answer"] == {"text": "kept", "ok": False}
+    assert any("answer: llm_error: ConnectionError" in f for f in trace.fallbacks)
+    empty = GuardedGenerator(generator=MockChatGenerator(responses=["   "])).run(messages=[])
+    assert empty == {"text": NO_ANSWER, "ok": False}
+    again = GuardedGenerator.from_dict(GuardedGenerator(generator=MockChatGenerator(responses=["x"]), max_tokens=7).to_dict())
+    assert again.max_tokens == 7
