@@ -61,6 +61,7 @@ def summarize(model: str, rows: list[dict]) -> dict:
     lexical = [r["lexical"] for r in answered if r["lexical"] is not None]
     return {
         "model": model,
+        "questions": len(rows),
         "em": round(statistics.fmean(r["em"] for r in rows), 4),
         "f1": round(statistics.fmean(r["f1"] for r in rows), 4),
         "faithfulness": round(sum(r["judge"] >= 0.5 for r in judged) / len(judged), 4) if judged else None,
@@ -76,6 +77,7 @@ def summarize(model: str, rows: list[dict]) -> dict:
         "completion_tokens_per_q": round(statistics.fmean(r["completion"] for r in rows), 1),
         "gold_paragraph_in_sources": round(statistics.fmean(r["gold_in_sources"] for r in rows), 4),
         "fallbacks": sum(r["fallbacks"] for r in rows),
+        "step_seconds_mean": {k: round(statistics.fmean(r["step_seconds"].get(k, 0.0) for r in rows), 3) for k in sorted({k for r in rows for k in r["step_seconds"]})},
         "corrections": sum(r["corrections"] for r in rows),
         "routes": {k: sum(str(r["route"]) == k for r in rows) for k in sorted({str(r["route"]) for r in rows})},
         "exit_reasons": {k: sum(str(r["exit_reason"]) == k for r in rows) for k in sorted({str(r["exit_reason"]) for r in rows})},
@@ -93,6 +95,13 @@ def markdown_table(configs: dict[str, dict]) -> str:
             f"{f('decline_rate', 2)} | {f('latency_s_p50', 2)} | {f('latency_s_p95', 2)} | {f('llm_calls_per_q', 2)} | {f('prompt_tokens_per_q', 0)} | {f('prompt_tokens_reused_per_q', 0)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def step_seconds(trace) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for step in trace.steps:
+        out[step.name] = out.get(step.name, 0.0) + step.seconds
+    return out
 
 
 def reset_prompt_cache(generator) -> None:
@@ -129,6 +138,7 @@ def run_model(model: str, configs: list[str], questions: list[dict], index, log)
                 "prompt_total": trace.prompt_tokens, "prompt_reused": trace.prompt_tokens_reused,
                 "prompt_evaluated": trace.prompt_tokens_evaluated, "completion": trace.completion_tokens,
                 "fallbacks": len(trace.fallbacks), "corrections": result.corrections, "exit_reason": result.exit_reason,
+                "step_seconds": step_seconds(trace),
             })
         if len(rows[configs[0]]) % 10 == 0:
             log({name: summarize(model, r) for name, r in rows.items()})
@@ -144,8 +154,10 @@ def main() -> int:
     parser.add_argument("--large", default=LARGE)
     parser.add_argument("--large-configs", nargs="*", default=["plain", "full"])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agentic_squad.json"))
+    parser.add_argument("--only-large", action="store_true", help="run only the large model and add its rows to the JSON already at --out")
     args = parser.parse_args()
     out = Path(args.out)
+    previous = json.loads(out.read_text()) if args.only_large and out.exists() else None
 
     docs, questions = load_squad()
     index = squad_index(docs)
@@ -175,7 +187,10 @@ def main() -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
 
-    plans = [(args.small, args.small_configs, "")]
+    if previous:  # keep the small model's rows and the command that made them
+        report["configs"] = previous["configs"]
+        report["command"] = previous["command"] + " ; " + report["command"]
+    plans = [] if args.only_large else [(args.small, args.small_configs, "")]
     if args.large_configs:
         plans.append((args.large, args.large_configs, "_1.5b" if "1.5b" in args.large else "_large"))
     all_rows = {}
@@ -183,19 +198,23 @@ def main() -> int:
         rows = run_model(model, configs, sample, index, lambda stats, s=suffix: write(stats, s))
         write({name: summarize(model, r) for name, r in rows.items()}, suffix)
         all_rows.update({name + suffix: r for name, r in rows.items()})
+        answers_path = out.with_suffix(".large.answers.jsonl") if args.only_large else out.with_suffix(".answers.jsonl")
+        answers_path.write_text("".join(json.dumps({"config": name, **row}) + "\n" for name, rows_ in all_rows.items() for row in rows_))  # after each model: a stopped run keeps them
         for name, r in rows.items():
             print(f"{name + suffix:24s} {json.dumps(summarize(model, r))}", file=sys.stderr)
     configs = report["configs"]
-    if "plain" in configs and "full" in configs:
-        report["targets"] = {
-            "full_latency_over_plain": round(configs["full"]["latency_s_p50"] / configs["plain"]["latency_s_p50"], 3),
-            "full_llm_calls_per_q": configs["full"]["llm_calls_per_q"],
-            "full_f1_minus_plain_f1": round(configs["full"]["f1"] - configs["plain"]["f1"], 4),
-            "full_faithfulness": configs["full"]["faithfulness"],
-        }
+    report["targets"] = {}
+    for suffix in ("", "_1.5b", "_large"):
+        plain, full = configs.get("plain" + suffix), configs.get("full" + suffix)
+        if plain and full:
+            report["targets"][full["model"]] = {
+                "full_latency_over_plain": round(full["latency_s_p50"] / plain["latency_s_p50"], 3),
+                "full_llm_calls_per_q": full["llm_calls_per_q"],
+                "full_f1_minus_plain_f1": round(full["f1"] - plain["f1"], 4),
+                "full_faithfulness": full["faithfulness"],
+            }
     write({})
     out.with_suffix(".md").write_text(markdown_table(report["configs"]))
-    out.with_suffix(".answers.jsonl").write_text("".join(json.dumps({"config": name, **row}) + "\n" for name, rows in all_rows.items() for row in rows))
     print(json.dumps(report.get("targets"), indent=1), file=sys.stderr)
     return 0
 

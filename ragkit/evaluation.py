@@ -67,3 +67,27 @@ def lexical_support(answer: str, documents: list[Document]) -> float | None:
         return None
     context = set(content_words(" ".join(d.content or "" for d in documents)))
     return sum(w in context for w in words) / len(words)
+
+
+def load_squad_questions(path, titles: Iterable[str] | None = None, n: int | None = None, seed: int = 0) -> list[dict]:
+    """SQuAD v1.1 questions (``{"id", "question", "answers", "title", "context"}``) from a .json or
+    .json.gz file, optionally only those of some articles (``titles``, underscores or spaces), a
+    seeded sample of ``n``."""
+    import gzip
+    import json
+    import random
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    wanted = {t.replace(" ", "_") for t in titles} if titles else None
+    questions = [
+        {"id": qa["id"], "question": qa["question"], "answers": [a["text"] for a in qa["answers"]], "title": article["title"], "context": para["context"]}
+        for article in data["data"]
+        if wanted is None or article["title"] in wanted
+        for para in article["paragraphs"]
+        for qa in para["qas"]
+    ]
+    if n is not None and n < len(questions):
+        questions = random.Random(seed).sample(questions, n)
+    return questions

@@ -183,7 +183,7 @@ class ControlPanel:
         self.model = widgets.Dropdown(options=models, value=self.config.models.llm, description="model")
         self.question = widgets.Textarea(value=question, placeholder="Ask about your documents…", layout=widgets.Layout(width="100%"))
         self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.run_button.on_click(lambda _: self.run())
+        self.run_button.on_click(self._clicked)
         self.answer = widgets.HTML()
         self.summary = widgets.HTML()
         self.sources = widgets.HTML()
@@ -230,6 +230,12 @@ class ControlPanel:
             self._streaming_span = span
             self.answer.value = ""
         self.answer.value += html.escape(getattr(chunk, "content", "") or "")
+
+    def _clicked(self, _button) -> None:
+        try:
+            self.run()
+        except ValueError:  # already shown in the panel; a button callback has nowhere to raise to
+            pass
 
     def run(self, question: str | None = None) -> AgenticResult:
         question = question if question is not None else self.question.value
@@ -309,3 +315,23 @@ def run_ablation(
         }
         for name, r in rows.items()
     }
+
+
+def result_html(result: AgenticResult) -> str:
+    """The answer, its summary line, sources and trace as one HTML block."""
+    return (
+        f"<div style='font-size:1.1em'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
+        f"<div>{summary_html(result)}</div><b>sources</b>{_table(sources_rows(result))}<b>trace</b>{_table(result.trace.table())}"
+    )
+
+
+def show(result: AgenticResult):
+    """Display a result in a notebook (returns the HTML object, so it is also the cell's output)."""
+    from IPython.display import HTML
+
+    return HTML(result_html(result))
+
+
+def comparison_html(comparison: dict[str, Any], labels: tuple[str, str] = ("A", "B")) -> str:
+    rows = [{"": key, labels[0]: value[0], labels[1]: value[1]} if isinstance(value, tuple) else {"": key, labels[0]: value, labels[1]: ""} for key, value in comparison.items()]
+    return _table(rows)

@@ -6,10 +6,11 @@ import hashlib
 import random
 from pathlib import Path
 
+import ragkit  # noqa: F401,I001  (offline defaults, telemetry off: must run before anything imports Haystack)
+
 import pytest
 from haystack import Document
 
-import ragkit  # noqa: F401  (offline defaults before anything imports Haystack)
 from ragkit.config import FAST_LLM, RagConfig
 
 REPO = Path(__file__).resolve().parent.parent

@@ -73,3 +73,9 @@ def test_ablation_summarises_quality_and_cost(panel):
     summary = run_ablation(lambda f: panel.engine.rag(f, panel.model.value), {"plain": Features(), "graded": Features(grading=True)}, questions, progress=False)
     assert summary["plain"]["questions"] == 2 and summary["plain"]["llm_calls_per_q"] == 1 and summary["graded"]["llm_calls_per_q"] == 2
     assert summary["plain"]["f1"] > 0 and summary["plain"]["latency_s_p50"] > 0
+
+
+def test_a_bad_question_is_reported_in_the_panel_not_raised_from_the_button(panel):
+    panel.question.value = "   "
+    panel.run_button.click()
+    assert "color:#d1495b" in panel.answer.value and panel.last_result is None

@@ -47,3 +47,10 @@ def test_default_configuration_makes_no_network_call(tmp_path):
     assert "ATTEMPTS 0" in done.stdout, done.stdout + done.stderr
     assert done.returncode == 0
     assert "ANSWER" in done.stdout
+
+
+def test_haystack_telemetry_is_off_in_the_test_process():
+    """conftest imports ragkit before Haystack, so Haystack's telemetry never starts (no network call)."""
+    from haystack.telemetry import _telemetry
+
+    assert _telemetry.telemetry is None
