@@ -23,16 +23,10 @@ import numpy as np
 from squad_common import ROOT, load_squad, run_facts, squad_index
 from tqdm import tqdm
 
-from ragkit.components.reranker import RRF_K, Reranker
+from ragkit.components.reranker import RRF_K, Reranker, fused_order
 from ragkit.config import ModelConfig
 from ragkit.llm import build_chat_generator, shared_text_embedder
 from ragkit.retrieval import HybridRetriever
-
-
-def fused(n: int, scores: list[float]) -> list[int]:
-    order = sorted(range(n), key=lambda i: -scores[i])
-    rank = {i: r for r, i in enumerate(order)}
-    return sorted(range(n), key=lambda i: (-(1 / (RRF_K + i) + 1 / (RRF_K + rank[i])), rank[i]))
 
 
 def metrics(ranks: list[int], ms: list[float]) -> dict:
@@ -84,14 +78,14 @@ def main() -> int:
         chunk_scores = (vectors[1:] @ vectors[0]).tolist()
         times["bi-encoder-chunk"].append((time.perf_counter() - t0) * 1000)
         ranks["bi-encoder-chunk"].append(rank(sorted(range(len(cands)), key=lambda i: -chunk_scores[i])))
-        ranks["bi-encoder-chunk+fused"].append(rank(fused(len(cands), chunk_scores)))
+        ranks["bi-encoder-chunk+fused"].append(rank(fused_order(chunk_scores)))
         t0 = time.perf_counter()
         out = sentence.run(query=q["question"], documents=cands)
         times["bi-encoder-sentence"].append((time.perf_counter() - t0) * 1000)
         by_id = {d.id: d.score for d in out["documents"]}
         sent_scores = [by_id[i] for i in ids]
         ranks["bi-encoder-sentence"].append(rank(sorted(range(len(cands)), key=lambda i: -sent_scores[i])))
-        ranks["bi-encoder-sentence+fused"].append(rank(fused(len(cands), sent_scores)))
+        ranks["bi-encoder-sentence+fused"].append(rank(fused_order(sent_scores)))
         if llm and n < args.llm_questions:
             t0 = time.perf_counter()
             out = llm.run(query=q["question"], documents=cands)
@@ -99,7 +93,7 @@ def main() -> int:
             by_id = {d.id: d.score for d in out["documents"]}
             llm_scores = [by_id[i] for i in ids]
             ranks["llm"].append(rank(sorted(range(len(cands)), key=lambda i: -llm_scores[i])))
-            ranks["llm+fused"].append(rank(fused(len(cands), llm_scores)))
+            ranks["llm+fused"].append(rank(fused_order(llm_scores)))
     for k in ("bi-encoder-chunk+fused", "bi-encoder-sentence+fused", "llm+fused"):
         times[k] = times[k.split("+")[0]]
     subset = args.llm_questions

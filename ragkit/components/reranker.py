@@ -53,6 +53,14 @@ RRF_K = 60
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
+def fused_order(scores: list[float]) -> list[int]:
+    """Indices by reciprocal rank fusion of the input order (retrieval) and the order of ``scores``;
+    ties go to the better reranker rank."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    rank = {i: r for r, i in enumerate(order)}
+    return sorted(range(len(scores)), key=lambda i: (-(1 / (RRF_K + i) + 1 / (RRF_K + rank[i])), rank[i]))
+
+
 def split_passage(text: str, min_chars: int = 12) -> list[str]:
     """Sentences of a chunk (the whole chunk if it has none long enough)."""
     sentences = [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) >= min_chars]
@@ -161,9 +169,8 @@ class Reranker:
         ]
         order = sorted(range(len(rescored)), key=lambda i: rescored[i].score, reverse=True)
         fuse = self.fuse_with_retrieval if self.fuse_with_retrieval is not None else self.backend != "cross-encoder"
-        if fuse:  # reciprocal rank fusion of the retrieval order (input order) and the reranker's order
-            rerank_rank = {i: rank for rank, i in enumerate(order)}
-            order = sorted(range(len(rescored)), key=lambda i: (-(1 / (RRF_K + i) + 1 / (RRF_K + rerank_rank[i])), rerank_rank[i]))
+        if fuse:
+            order = fused_order([d.score for d in rescored])
             info["fused_with_retrieval"] = True
         info["order"] = order[:top_k]
         record(decision={"moved": sum(1 for rank, i in enumerate(order[:top_k]) if rank != i)})
