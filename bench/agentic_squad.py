@@ -8,8 +8,8 @@ reuses its own cached prefix — that is the design being measured.
 
 Per config: SQuAD EM and F1 (official normalisation; citations stripped; a decline scores 0),
 faithfulness by the judge (share of answered questions whose answer the LLM judge — same model,
-with the question, outside the timed call — scores >= 0.5 against the sources the answer was
-written from) and by lexical support (share of the answer's content words found in those
+with the question, outside the timed call — scores at or above the model's calibrated support
+threshold against the sources the answer was written from) and by lexical support (share of the answer's content words found in those
 sources), decline rate, latency p50/p95 of ``AgenticRAG.ask``, LLM calls and prompt tokens
 (total, evaluated, reused) per question.
 
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ragkit.agentic import AgenticRAG
 from ragkit.evaluation import exact_match, f1_score, lexical_support
-from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.features import Features
 from ragkit.llm import build_chat_generator
@@ -51,6 +51,7 @@ CONFIGS: dict[str, Features] = {
     "full": Features.all_on(),
 }
 SMALL, LARGE = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
+SENTENCE_VECTORS: dict[str, dict] = {}  # per model: the reranker's index-time sentence vectors (loaded / embedded, seconds)
 def pct(values: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values), q)), 3)
 
@@ -58,13 +59,15 @@ def pct(values: list[float], q: float) -> float:
 def summarize(model: str, rows: list[dict]) -> dict:
     answered = [r for r in rows if not r["declined"]]
     judged = [r for r in answered if r["judge"] is not None]
+    threshold = support_threshold_for("llm_judge", model)
     lexical = [r["lexical"] for r in answered if r["lexical"] is not None]
     return {
         "model": model,
         "questions": len(rows),
         "em": round(statistics.fmean(r["em"] for r in rows), 4),
         "f1": round(statistics.fmean(r["f1"] for r in rows), 4),
-        "faithfulness": round(sum(r["judge"] >= 0.5 for r in judged) / len(judged), 4) if judged else None,
+        "faithfulness": round(sum(r["judge"] >= threshold for r in judged) / len(judged), 4) if judged else None,
+        "faithfulness_threshold": threshold,
         "faithfulness_judge_mean": round(statistics.fmean(r["judge"] for r in judged), 4) if judged else None,
         "faithfulness_lexical": round(statistics.fmean(lexical), 4) if lexical else None,
         "decline_rate": round(1 - len(answered) / len(rows), 4),
@@ -115,8 +118,13 @@ def run_model(model: str, configs: list[str], questions: list[dict], index, log)
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
     rags = {name: AgenticRAG(CONFIGS[name], config=config, generator=generator, index=index) for name in configs}
-    judge = HallucinationDetector(backend="llm_judge", generator=generator, threshold=0.5)
+    judge = HallucinationDetector(backend="llm_judge", generator=generator, threshold=support_threshold_for("llm_judge", model))
     fallback_sources = AgenticRAG(Features(), config=config, generator=generator, index=index).retriever
+    for rag in rags.values():  # index-time work before timing: every index sentence gets its vector once
+        if rag.features.rerank and rag.features.rerank_backend == "bi-encoder":
+            t0 = time.perf_counter()
+            prepared = rag.prepare_sentence_vectors(progress=True)
+            SENTENCE_VECTORS.setdefault(model, {**prepared, "seconds": round(time.perf_counter() - t0, 1)})
     for rag in rags.values():  # load embedders, prototypes and rerankers before timing
         rag.ask("Warm-up question: what is the capital of France?")
     rows: dict[str, list[dict]] = {name: [] for name in configs}
@@ -155,9 +163,10 @@ def main() -> int:
     parser.add_argument("--large-configs", nargs="*", default=["plain", "full"])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agentic_squad.json"))
     parser.add_argument("--only-large", action="store_true", help="run only the large model and add its rows to the JSON already at --out")
+    parser.add_argument("--only-small", action="store_true", help="run only the small model and keep the large model's rows already at --out")
     args = parser.parse_args()
     out = Path(args.out)
-    previous = json.loads(out.read_text()) if args.only_large and out.exists() else None
+    previous = json.loads(out.read_text()) if (args.only_large or args.only_small) and out.exists() else None
 
     docs, questions = load_squad()
     index = squad_index(docs)
@@ -172,7 +181,7 @@ def main() -> int:
         "configs": {},
         "features": {name: CONFIGS[name].to_dict() for name in CONFIGS},
         "notes": {
-            "faithfulness": "share of answered questions judged supported (P >= 0.5) by the LLM judge of the same model, "
+            "faithfulness": "share of answered questions judged supported (P >= the model's calibrated threshold, faithfulness_threshold) by the LLM judge of the same model, "
             "given the question, against the sources the answer was written from (top-5 retrieval when the route skipped retrieval)",
             "faithfulness_lexical": "mean share of the answer's content words found in those sources",
             "prompt_tokens_per_q": "prompt tokens the LLM evaluated; prompt_tokens_reused_per_q came from llama.cpp's prompt cache",
@@ -183,15 +192,23 @@ def main() -> int:
 
     def write(partial: dict[str, dict], suffix: str = "") -> None:
         report["configs"].update({name + suffix: stats for name, stats in partial.items()})
+        report["sentence_vectors"] = {**report.get("sentence_vectors", {}), **SENTENCE_VECTORS}
         report["elapsed_s"] = round(time.time() - started, 1)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
 
-    if previous:  # keep the small model's rows and the command that made them
-        report["configs"] = previous["configs"]
-        report["command"] = previous["command"] + " ; " + report["command"]
+    this_run = {"command": report["command"], "run": report["run"]}
+    ran = [args.large] if args.only_large else [args.small] if args.only_small else [args.small, args.large]
+    if previous:  # keep the other model's rows, and the command and code that made them
+        kept = {name: row for name, row in previous["configs"].items() if row["model"] not in ran}
+        report["configs"] = kept
+        report["runs"] = {m: r for m, r in previous.get("runs", {}).items() if m not in ran}
+        for model in {row["model"] for row in kept.values()} - set(report["runs"]):
+            report["runs"][model] = {"command": previous["command"], "run": previous["run"]}
+        report["sentence_vectors"] = {m: v for m, v in previous.get("sentence_vectors", {}).items() if m not in ran}
+    report.setdefault("runs", {}).update({m: this_run for m in ran})
     plans = [] if args.only_large else [(args.small, args.small_configs, "")]
-    if args.large_configs:
+    if args.large_configs and not args.only_small:
         plans.append((args.large, args.large_configs, "_1.5b" if "1.5b" in args.large else "_large"))
     all_rows = {}
     for model, configs, suffix in plans:

@@ -3,8 +3,6 @@ official answer normalisation (EM / F1), and the run's machine facts."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import platform
 import subprocess
@@ -12,6 +10,8 @@ from importlib import metadata
 from pathlib import Path
 
 from haystack import Document
+
+from ragkit.experiments import index_documents, load_squad_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_DEV = ROOT / "data" / "squad" / "squaddev_v1.1.json.gz"
@@ -21,40 +21,12 @@ CACHE = ROOT / "bench" / ".cache"
 def load_squad(path: Path = SQUAD_DEV) -> tuple[list[Document], list[dict]]:
     """Every dev paragraph as a Document (id ``article-paragraph``) and every question with its
     gold answers and paragraph id."""
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        data = json.load(fh)
-    docs, questions = [], []
-    for a, article in enumerate(data["data"]):
-        title = article["title"].replace("_", " ")
-        for p, para in enumerate(article["paragraphs"]):
-            doc_id = f"{a}-{p}"
-            docs.append(Document(id=doc_id, content=para["context"], meta={"title": title, "source": f"squad:{article['title']}"}))
-            for qa in para["qas"]:
-                questions.append({"id": qa["id"], "question": qa["question"], "answers": [x["text"] for x in qa["answers"]], "doc_id": doc_id, "context": para["context"]})
-    return docs, questions
+    return load_squad_corpus(path)
 
 
 def squad_index(docs: list[Document], embedder: str = "all-MiniLM-L6-v2"):
     """A RagIndex of all paragraphs (one chunk each), built once and kept under bench/.cache."""
-    from ragkit.config import ModelConfig
-    from ragkit.index import RagIndex
-    from ragkit.llm import build_document_embedder
-
-    path = CACHE / f"squad_dev_index_{embedder}"
-    if RagIndex.exists(path):
-        try:
-            index = RagIndex.load(path, expected_embedder=embedder)
-            if len(index) == len(docs):
-                return index
-        except Exception:  # stale or damaged cache: rebuild
-            pass
-    embed = build_document_embedder(ModelConfig(embedder=embedder), progress_bar=True, batch_size=64)
-    embed.warm_up()
-    embedded = embed.run(documents=[Document(id=d.id, content=d.content, meta=dict(d.meta)) for d in docs])["documents"]
-    index = RagIndex(embedder=embedder, dim=len(embedded[0].embedding))
-    index.add(embedded)
-    index.save(path)
-    return index
+    return index_documents(docs, CACHE / f"squad_dev_index_{embedder}", embedder=embedder, progress=True)
 
 
 # SQuAD's answer normalisation, EM and F1 live in the package (the notebooks use them too).

@@ -19,15 +19,17 @@ def load(name: str):
 
 def judge_table(d: dict) -> str:
     lines = [
-        "| judge | balanced accuracy | recall supported | recall not supported | ROC AUC | judged supported: supported / contradicted / unsupported | p50 ms/item |",
+        "| judge | balanced accuracy at 0.5 | ROC AUC | judged supported at 0.5: supported / contradicted / unsupported | calibrated threshold | held-out balanced accuracy: calibrated / at 0.5 | p50 ms/item |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model, variants in d["results"].items():
         r = variants["with_question"]
         k = r["per_kind"]
+        c = r.get("calibrated")
+        calibrated = f"{c['threshold']:.2f} | {c['held_out_balanced_accuracy']:.3f} / {c['held_out_balanced_accuracy_at_0.5']:.3f}" if c else "– | –"
         lines.append(
-            f"| {model} | {r['balanced_accuracy']:.3f} | {r['recall_supported']:.3f} | {r['recall_not_supported']:.3f} | {r['roc_auc']:.3f} | "
-            f"{k['supported']['judged_supported']:.2f} / {k['contradicted']['judged_supported']:.2f} / {k['unsupported']['judged_supported']:.2f} | {r['ms_p50']:.0f} |"
+            f"| {model} | {r['balanced_accuracy']:.3f} | {r['roc_auc']:.3f} | "
+            f"{k['supported']['judged_supported']:.2f} / {k['contradicted']['judged_supported']:.2f} / {k['unsupported']['judged_supported']:.2f} | {calibrated} | {r['ms_p50']:.0f} |"
         )
     return "\n".join(lines)
 

@@ -31,7 +31,7 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
-from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.components.hyde import HyDEEmbedder
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
@@ -42,6 +42,7 @@ from ragkit.index import RagIndex
 from ragkit.llm import build_chat_generator
 from ragkit.prompts import NO_ANSWER, answer_task, context_messages
 from ragkit.retrieval import HybridRetriever, check_query
+from ragkit.sentence_vectors import SentenceVectorCache
 from ragkit.structured import call_llm
 from ragkit.trace import RagkitTracer, Trace
 
@@ -73,6 +74,30 @@ class AgenticRAG:
         self.retriever = HybridRetriever(self.index, self.config.models, merge_threshold=self.config.index.merge_threshold, sparse_weight=self.config.hybrid_sparse_weight)
         self.tracer = RagkitTracer()
         self._components: dict[str, Any] = {}
+        self._sentence_vectors_ready = False
+
+    def prepare_sentence_vectors(self, progress: bool = False) -> dict[str, int]:
+        """Embed every sentence of the index once for the bi-encoder reranker (kept next to a saved
+        index, so later processes only load them); runs on the first reranked question."""
+        from ragkit.components.reranker import split_passage
+
+        cache = SentenceVectorCache.for_model(self.features.rerank_model or "all-MiniLM-L6-v2")
+        path = SentenceVectorCache.file_for(self.index.path, cache.embedder_model) if self.index.path else None
+        loaded = cache.load(path) if path else 0
+        embedded = cache.precompute((s for d in self.index.chunks.values() for s in split_passage(d.content or "")), progress=progress)
+        if embedded and path:
+            try:
+                cache.save(path)
+            except OSError:  # a read-only index folder: the vectors stay in memory for this process
+                pass
+        self._sentence_vectors_ready = True
+        return {"loaded": loaded, "embedded": embedded, "cached": len(cache)}
+
+    @property
+    def support_threshold(self) -> float:
+        """The hallucination check's cut: the configured one, else the judge's calibrated one."""
+        f = self.features
+        return f.support_threshold if f.support_threshold is not None else support_threshold_for(f.hallucination_backend, self.config.models.llm)
 
     # -- components, built on first use -------------------------------------------------------
     def _component(self, name: str):
@@ -85,8 +110,8 @@ class AgenticRAG:
                 "grader": lambda: DocumentGrader(backend=f.grader_backend, generator=self.generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder),
                 "corrector": lambda: SelfCorrectingAnswerer(
                     generator=self.generator,
-                    detector=HallucinationDetector(backend=f.hallucination_backend, generator=self.generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=f.support_threshold),
-                    threshold=f.support_threshold,
+                    detector=HallucinationDetector(backend=f.hallucination_backend, generator=self.generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=self.support_threshold),
+                    threshold=self.support_threshold,
                     max_corrections=f.max_corrections if f.self_correction else 0,
                     max_tokens=self.config.models.max_new_tokens,
                 ),
@@ -155,6 +180,8 @@ class AgenticRAG:
             out = self._step("retrieve", lambda query: {"documents": self.retriever.retrieve(query, top_k=depth, mode=mode, query_embedding=embedding).documents}, {"query": question}, "HybridRetriever")
             documents = out["documents"] if out else []
             if f.rerank and documents:
+                if f.rerank_backend == "bi-encoder" and not self._sentence_vectors_ready:
+                    self._step("sentence_vectors", self.prepare_sentence_vectors, {}, "SentenceVectorCache")
                 out = self._step("rerank", self._component("reranker").run, {"query": question, "documents": documents, "top_k": top_k}, "Reranker")
                 documents = out["documents"] if out else documents[:top_k]
                 if out:
@@ -189,7 +216,7 @@ class AgenticRAG:
             else:
                 result.answer = self._answer(question, documents)
 
-            out = self._step("confidence", self._component("confidence").run, {"documents": documents, "grades": grades, "support": support}, "ConfidenceScorer")
+            out = self._step("confidence", self._component("confidence").run, {"documents": documents, "grades": grades, "support": support, "support_threshold": self.support_threshold if support is not None else None}, "ConfidenceScorer")
             if out:
                 result.confidence, result.symbol = out["confidence"], out["symbol"]
                 result.details["confidence"] = out["components"]

@@ -59,7 +59,7 @@ class Features:
     hallucination_check: bool = False
     hallucination_backend: str = "llm_judge"  # llm_judge | hhem
     hhem_model: str = "vectara/hallucination_evaluation_model"
-    support_threshold: float = 0.5
+    support_threshold: float | None = None  # None: the judge's threshold calibrated for the model (support_threshold_for)
     self_correction: bool = False
     max_corrections: int = 1
     confidence_floor: float = 0.0  # 0: never decline
@@ -70,7 +70,7 @@ class Features:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:
             raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
-        if not 0 <= self.confidence_floor <= 1 or not 0 <= self.support_threshold <= 1:
+        if not 0 <= self.confidence_floor <= 1 or not (self.support_threshold is None or 0 <= self.support_threshold <= 1):
             raise ValueError("confidence_floor and support_threshold must be in [0, 1]")
         if set(self.route_policy) != set(DEFAULT_ROUTE_POLICY):
             raise ValueError(f"route_policy needs exactly the routes {sorted(DEFAULT_ROUTE_POLICY)}")

@@ -23,7 +23,7 @@ import ipywidgets as widgets
 from haystack import tracing
 
 from ragkit.agentic import AgenticRAG, AgenticResult
-from ragkit.config import DEFAULT_LLM, FAST_LLM, ModelConfig, RagConfig
+from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
 from ragkit.evaluation import exact_match, f1_score
 from ragkit.features import CHOICES, Features
 from ragkit.index import RagIndex
@@ -43,7 +43,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 RANGES: dict[str, tuple[float, float, float]] = {
     "top_k": (1, 20, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
-    "grade_threshold": (0, 10, 0.5), "support_threshold": (0, 1, 0.05), "confidence_floor": (0, 1, 0.05),
+    "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
 }
 NOT_A_CONTROL = ("route_policy",)  # a dict per route: edit it in code or YAML
 
@@ -61,6 +61,10 @@ def feature_controls(features: Features) -> dict[str, widgets.Widget]:
             controls[name] = widgets.Checkbox(value=value, description=label, indent=False)
         elif name in CHOICES:
             controls[name] = widgets.Dropdown(options=list(CHOICES[name]), value=value, description=label, style=style)
+        elif name == "support_threshold":  # None = the judge's per-model calibrated cut
+            grid = sorted({t / 100 for t in range(5, 100, 5)} | ({value} if value is not None else set()))
+            options = [("calibrated for the model", None)] + [(f"{t:.2f}", t) for t in grid]
+            controls[name] = widgets.Dropdown(options=options, value=value, description=label, style=style)
         elif name in RANGES:
             low, high, step = RANGES[name]
             cls = widgets.IntSlider if isinstance(value, int) else widgets.FloatSlider
@@ -80,7 +84,8 @@ def features_from_controls(controls: dict[str, widgets.Widget], base: Features |
     return dataclasses.replace(base or Features(), **values).validate()
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def table_html(rows: list[dict[str, Any]]) -> str:
+    """Rows of dicts as an HTML table (every value escaped: document text is data, not markup)."""
     if not rows:
         return "<i>nothing</i>"
     head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(str(k))}</th>" for k in rows[0])
@@ -253,8 +258,8 @@ class ControlPanel:
         self.last_result = result
         self.answer.value = f"<div style='font-size:1.1em'>{html.escape(result.answer)}</div>"
         self.summary.value = summary_html(result)
-        self.sources.value = _table(sources_rows(result))
-        self.trace.value = _table(result.trace.table())
+        self.sources.value = table_html(sources_rows(result))
+        self.trace.value = table_html(result.trace.table())
         self.last_figures = []
         if self.plots_enabled:
             self.last_figures = [plots.latency_waterfall(result.trace), plots.confidence_breakdown(result, floor=self.features().confidence_floor or None)]
@@ -321,7 +326,7 @@ def result_html(result: AgenticResult) -> str:
     """The answer, its summary line, sources and trace as one HTML block."""
     return (
         f"<div style='font-size:1.1em'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
-        f"<div>{summary_html(result)}</div><b>sources</b>{_table(sources_rows(result))}<b>trace</b>{_table(result.trace.table())}"
+        f"<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(result.trace.table())}"
     )
 
 
@@ -334,4 +339,4 @@ def show(result: AgenticResult):
 
 def comparison_html(comparison: dict[str, Any], labels: tuple[str, str] = ("A", "B")) -> str:
     rows = [{"": key, labels[0]: value[0], labels[1]: value[1]} if isinstance(value, tuple) else {"": key, labels[0]: value, labels[1]: ""} for key, value in comparison.items()]
-    return _table(rows)
+    return table_html(rows)

@@ -114,3 +114,76 @@ def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "
     ax.set_title(f"{quality} vs latency")
     fig.tight_layout()
     return fig
+
+
+def recall_curves(rows: list[dict], ks: tuple[int, ...] = (1, 2, 3, 5, 10, 20), ax=None, title: str = "gold paragraph found in the top k"):
+    """Recall@k per retrieval mode (rows from :func:`ragkit.experiments.retrieval_ranks` or
+    :func:`~ragkit.experiments.hyde_ranks`)."""
+    from ragkit.experiments import recall_at
+
+    fig, ax = _axes(ax, (6, 3.6))
+    for mode in (rows[0]["ranks"] if rows else {}):
+        ax.plot(ks, [recall_at(rows, mode, k) for k in ks], marker="o", label=mode)
+    ax.set_xscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k")
+    ax.set_ylabel("recall@k")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{title} ({len(rows)} questions)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def router_bars(results: dict[str, dict[str, Any]]):
+    """Accuracy and median latency per router backend (from :func:`ragkit.experiments.router_accuracy`)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    names = list(results)
+    left.bar(names, [results[n]["accuracy"] for n in names], color=STEP_COLOR)
+    for i, n in enumerate(names):
+        left.text(i, results[n]["accuracy"] + 0.02, f"{results[n]['accuracy']:.2f}", ha="center", fontsize=9)
+    left.set_ylim(0, 1.05)
+    left.set_title("accuracy on the labelled set")
+    right.bar(names, [max(results[n]["ms_p50"], 1e-3) for n in names], color=LLM_COLOR)
+    right.set_yscale("log")
+    right.set_title("median ms per question (log)")
+    for i, n in enumerate(names):
+        right.text(i, max(results[n]["ms_p50"], 1e-3), f"{results[n]['ms_p50']:.2f}", ha="center", va="bottom", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def score_strips(rows: list[dict], threshold: float | None = None, ax=None, title: str = "judge P(supported) by kind of answer"):
+    """Each labelled answer's score, one strip per kind, with the decision threshold."""
+    import random
+
+    fig, ax = _axes(ax, (6, 3.4))
+    kinds = [k for k in ("supported", "contradicted", "unsupported") if any(r["kind"] == k for r in rows)]
+    jitter = random.Random(0)
+    for i, kind in enumerate(kinds):
+        scores = [r["score"] for r in rows if r["kind"] == kind and r["score"] is not None]
+        ax.scatter([i + jitter.uniform(-0.15, 0.15) for _ in scores], scores, s=18, alpha=0.7, color=STEP_COLOR if kind == "supported" else LLM_COLOR)
+    if threshold is not None:
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {threshold:.2f}")
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("P(supported)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def rank_shift(rows: list[dict], before: str = "rank_before", after: str = "rank_after", miss: int = 12, ax=None, title: str = "gold paragraph rank: before vs after"):
+    """One point per question: the gold paragraph's rank before (x) and after (y); below the
+    diagonal = moved up. A miss is drawn at ``miss``."""
+    fig, ax = _axes(ax, (4.4, 4.2))
+    xs = [r[before] or miss for r in rows]
+    ys = [r[after] or miss for r in rows]
+    ax.scatter(xs, ys, s=22, alpha=0.6, color=STEP_COLOR)
+    ax.plot([1, miss], [1, miss], color="grey", linewidth=1)
+    ax.set_xlabel(before.replace("_", " "))
+    ax.set_ylabel(after.replace("_", " "))
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -71,7 +71,8 @@ def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
     assert script.calls == ["grade", "answer", "judge"] and result.trace.llm_calls <= 4
     assert result.details["grading"]["dropped"] and len(result.sources) == 1
     names = [s.name for s in result.trace.steps]
-    assert names == ["router", "embed", "retrieve", "rerank", "grade", "answer_prompt", "answer", "hallucination", "correction_router", "confidence"]
+    # the first reranked question of an AgenticRAG makes sure every sentence of the index has a vector
+    assert names == ["router", "embed", "retrieve", "sentence_vectors", "rerank", "grade", "answer_prompt", "answer", "hallucination", "correction_router", "confidence"]
     assert result.trace.step("correction_router").decision["exit_reason"] == "supported"
 
 
@@ -152,3 +153,23 @@ def test_judge_that_cannot_score_exits_unknown_without_retry(sample_index, fast_
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.exit_reason == "unknown" and result.corrections == 0 and "correct" not in script.calls
     assert result.answer.startswith("Tesla was born in Smiljan")
+
+
+def test_reranking_reads_sentence_vectors_computed_once_per_index(sample_index_dir, fast_config, tmp_path):
+    import shutil
+
+    from ragkit.index import RagIndex
+    from ragkit.sentence_vectors import SentenceVectorCache
+
+    index_dir = tmp_path / "index"
+    shutil.copytree(sample_index_dir, index_dir)
+    index = RagIndex.load(index_dir)
+    rag = make(index, fast_config, Features(rerank=True), ScriptedLLM())
+    first = rag.ask("Where was Nikola Tesla born?")
+    prepared = first.trace.step("sentence_vectors")
+    assert prepared is not None and SentenceVectorCache.file_for(index_dir, "all-MiniLM-L6-v2").is_file()
+    second = rag.ask("When did Tesla move to the United States?")
+    assert second.trace.step("sentence_vectors") is None
+    # every candidate sentence was already cached: the question is the only text embedded
+    assert second.trace.step("rerank").decision["sentences_embedded_now"] == 0
+    assert second.trace.step("rerank").decision["sentences"] > 0

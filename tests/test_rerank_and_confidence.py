@@ -21,6 +21,20 @@ def test_confidence_is_a_weighted_mean_of_the_signals_present():
     assert only_retrieval["confidence"] == pytest.approx(0.9) and set(only_retrieval["components"]) == {"retrieval"}
 
 
+def test_support_is_rescaled_to_the_judges_threshold_and_a_failed_check_caps_confidence():
+    from ragkit.components.confidence import rescale_support
+
+    assert rescale_support(0.39, 0.39) == 0.5 and rescale_support(0.0, 0.39) == 0.0 and rescale_support(1.0, 0.39) == 1.0
+    assert rescale_support(0.2, 0.4) == pytest.approx(0.25) and rescale_support(0.7, 0.4) == pytest.approx(0.75)
+    passed = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[8], support=0.45, support_threshold=0.39)
+    assert passed["components"]["support"] > 0.5 and not passed["decline"]
+    # strong evidence, but the answer failed its check: shown as ○ at most; far below the threshold: declined
+    borderline = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[9], support=0.35, support_threshold=0.39)
+    assert borderline["symbol"] == "○" and not borderline["decline"]
+    failed = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[9], support=0.1, support_threshold=0.39)
+    assert failed["decline"] and failed["confidence"] == pytest.approx(0.5 * 0.1 / 0.39, abs=1e-4)
+
+
 def test_low_confidence_declines_and_no_documents_is_zero():
     assert ConfidenceScorer(floor=0.5).run(documents=DOCS, grades=[1], support=0.1)["decline"]
     empty = ConfidenceScorer().run(documents=[])

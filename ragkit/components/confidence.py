@@ -5,7 +5,12 @@ Signals (each in [0, 1], each optional):
 * ``retrieval`` — the best retrieved chunk's score: cosine for dense, the fused RRF score for
   hybrid (1.0 when both retrievers rank it first), BM25 squashed by s / (s + 5) for sparse;
 * ``grading`` — the best grade among kept chunks, / 10;
-* ``support`` — the hallucination check's score (lowest sentence P(supported)).
+* ``support`` — the hallucination check's score (lowest sentence P(supported)). Given the
+  check's ``support_threshold``, the score is first rescaled so that the threshold sits at 0.5
+  (piecewise linear: 0 → 0, threshold → 0.5, 1 → 1) — judges of different models put their
+  boundary in different places (0.41 for the 0.5B, 0.64 for the 1.5B) — and an answer that
+  failed the check is capped at that rescaled score: it never shows better than ○, and one far
+  below the threshold falls under the floor and is declined.
 
 Confidence is their weighted mean over the signals present (default weights 0.2 / 0.3 / 0.5: the
 support check looks at the answer itself, the others only at the evidence). Shown as ● (> 0.7),
@@ -27,6 +32,13 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from ragkit.trace import record
 
 DEFAULT_WEIGHTS = {"retrieval": 0.2, "grading": 0.3, "support": 0.5}
+
+
+def rescale_support(score: float, threshold: float) -> float:
+    """Map a judge score so its decision threshold lands on 0.5."""
+    if threshold <= 0.0 or threshold >= 1.0:
+        return score
+    return 0.5 * score / threshold if score < threshold else 0.5 + 0.5 * (score - threshold) / (1.0 - threshold)
 
 
 def symbol(confidence: float) -> str:
@@ -59,7 +71,13 @@ class ConfidenceScorer:
         return default_from_dict(cls, data)
 
     @component.output_types(confidence=float, symbol=str, decline=bool, components=dict)
-    def run(self, documents: list[Document], grades: Optional[list[Optional[float]]] = None, support: Optional[float] = None) -> dict[str, Any]:
+    def run(
+        self,
+        documents: list[Document],
+        grades: Optional[list[Optional[float]]] = None,
+        support: Optional[float] = None,
+        support_threshold: Optional[float] = None,
+    ) -> dict[str, Any]:
         signals: dict[str, float] = {}
         retrieval = retrieval_signal(documents)
         if retrieval is not None:
@@ -68,12 +86,14 @@ class ConfidenceScorer:
         if known_grades:
             signals["grading"] = max(known_grades) / 10.0
         if support is not None:
-            signals["support"] = float(support)
+            signals["support"] = rescale_support(float(support), support_threshold) if support_threshold is not None else float(support)
         if not documents:
             confidence = 0.0
         else:
             total = sum(self.weights.get(k, 0.0) for k in signals)
             confidence = sum(self.weights.get(k, 0.0) * v for k, v in signals.items()) / total if total else 0.0
+        if support is not None and support_threshold is not None and support < support_threshold:
+            confidence = min(confidence, signals["support"])  # a failed check caps the confidence
         confidence = min(max(confidence, 0.0), 1.0)
         decline = confidence < self.floor
         record(decision={"confidence": round(confidence, 3), "decline": decline})

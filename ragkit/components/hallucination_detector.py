@@ -11,6 +11,11 @@ Two backends:
 * ``"hhem"`` — Vectara's HHEM-2.1-Open classifier (premise = the documents, hypothesis = the
   answer), loaded without remote code by :mod:`ragkit.hhem`; needs its weights in a local folder.
 
+A small model's P(yes) is not calibrated, so the cut between supported and not is per model:
+``support_threshold_for`` gives the threshold chosen on the calibration half of the labelled
+SQuAD set and scored on its held-out half (``python bench/judge_squad.py`` →
+bench/results/judge_squad.json); unknown models and HHEM use 0.5.
+
 The answer-level score is the *lowest* sentence score — one unsupported sentence is enough to
 flag an answer. A declined answer ("The documents don't say.") claims nothing and scores 1.0
 without any call. A judge that fails returns ``score=None`` with the reason, never a made-up score.
@@ -35,8 +40,21 @@ from ragkit.structured import backend_of, call_llm, generator_from_dict, generat
 from ragkit.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
+DEFAULT_SUPPORT_THRESHOLD = 0.5
+# llm_judge thresholds per embedded model, from bench/results/judge_squad.json ("calibrated").
+CALIBRATED_SUPPORT_THRESHOLDS: dict[str, float] = {
+    "qwen2.5-coder-0.5b": 0.41,
+    "qwen2.5-coder-1.5b": 0.64,
+}
 _CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def support_threshold_for(backend: str, llm: str | None) -> float:
+    """The support threshold calibrated for this judge (0.5 where none was measured)."""
+    if backend == "llm_judge" and llm in CALIBRATED_SUPPORT_THRESHOLDS:
+        return CALIBRATED_SUPPORT_THRESHOLDS[llm]
+    return DEFAULT_SUPPORT_THRESHOLD
 
 
 def split_sentences(answer: str) -> list[str]:

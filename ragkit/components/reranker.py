@@ -12,7 +12,10 @@ Backends:
   all-MiniLM-L6-v2) scoring each chunk by its *best sentence*'s cosine to the question. Whole-chunk
   cosine from the same model the index uses only repeats the dense retriever (alone it lowered R@1
   from 0.780 to 0.687 on SQuAD); the best sentence is a different signal (a factoid answer sits in
-  one sentence; the chunk vector averages it away).
+  one sentence; the chunk vector averages it away). Sentence vectors come from a
+  content-addressed :class:`~ragkit.sentence_vectors.SentenceVectorCache`, which ``AgenticRAG``
+  fills for the whole index once (and keeps next to it), so at question time only the question
+  is embedded.
 
 ``fuse_with_retrieval`` (default: on for the bi-encoder and LLM backends, off for a cross-encoder)
 combines the reranker's order with the retrieval order by reciprocal rank fusion (k=60) instead
@@ -44,6 +47,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from ragkit.llama_probe import LlamaProbe, probe_for
+from ragkit.sentence_vectors import SentenceVectorCache
 from ragkit.structured import generator_from_dict, generator_to_dict
 from ragkit.trace import record
 
@@ -119,6 +123,14 @@ class Reranker:
     def from_dict(cls, data: dict[str, Any]) -> "Reranker":
         return default_from_dict(cls, generator_from_dict(data))
 
+    def prepare(self, documents: list[Document], progress: bool = False) -> int:
+        """Bi-encoder only: give every sentence of ``documents`` (say, a whole index) its vector
+        now, so reranking them later embeds only the question. Returns how many were new."""
+        if self.backend != "bi-encoder":
+            return 0
+        cache = SentenceVectorCache.for_model(self.model or "all-MiniLM-L6-v2")
+        return cache.precompute((s for d in documents for s in split_passage(d.content or "")), progress=progress)
+
     def _scores(self, query: str, documents: list[Document]) -> list[float]:
         if self.backend == "cross-encoder":
             ranked = self._ranker.run(query=query, documents=documents)["documents"]
@@ -126,10 +138,13 @@ class Reranker:
             return [float(by_id[d.id]) for d in documents]
         if self.backend == "bi-encoder":
             pieces = [(i, s) for i, d in enumerate(documents) for s in split_passage(d.content or "")]
-            model = self._embedder.embedding_backend
-            vectors = np.asarray(model.embed([query] + [s for _, s in pieces], normalize_embeddings=True, show_progress_bar=False))
+            query_vector = np.asarray(self._embedder.embedding_backend.embed([query], normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)[0]
+            cache = SentenceVectorCache.for_model(self.model or "all-MiniLM-L6-v2")
+            before = cache.embedded
+            sentence_vectors = cache.vectors([s for _, s in pieces])
+            record(decision={"sentences": len(pieces), "sentences_embedded_now": cache.embedded - before})
             best = np.full(len(documents), -1.0)
-            for (i, _), sim in zip(pieces, vectors[1:] @ vectors[0]):
+            for (i, _), sim in zip(pieces, sentence_vectors @ query_vector):
                 best[i] = max(best[i], float(sim))
             return best.tolist()
         if self._probe is None:
