@@ -1,6 +1,7 @@
 """Print the README's markdown tables from bench/results/*.json, so the README never drifts from them.
 
     .venv/bin/python bench/tables.py            # every table whose JSON exists
+    .venv/bin/python bench/tables.py --readme   # rewrite the tables under each <!-- name.json --> marker in README.md
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ def judge_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def routing_table(d: dict) -> str:
+    classes = d["classes"]
+    lines = ["| router backend | accuracy | p50 ms | " + " | ".join(classes) + " |", "|---|---|---|" + "---|" * len(classes)]
+    for name, r in d["backends"].items():
+        per = " | ".join(f"{r['per_class_accuracy'].get(c, 0):.2f}" for c in classes)
+        lines.append(f"| {name} | {r['accuracy']:.3f} | {r['ms_p50']:.2f} | {per} |")
+    return "\n".join(lines)
+
+
 def rerank_table(d: dict) -> str:
     lines = ["| reranker (15 hybrid candidates) | questions | R@1 | R@3 | R@5 | MRR | p50 ms/q |", "| --- | --- | --- | --- | --- | --- | --- |"]
     rows = dict(d["all_questions"])
@@ -46,14 +56,44 @@ def rerank_table(d: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table)):
+def tables() -> dict[str, str]:
+    out = {}
+    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table)):
         data = load(name)
         if data:
-            print(f"<!-- {name} -->\n{fn(data)}\n")
+            out[name] = fn(data)
     agentic = RESULTS / "agentic_squad.md"
     if agentic.exists():
-        print(f"<!-- agentic_squad.json -->\n{agentic.read_text()}")
+        out["agentic_squad.json"] = agentic.read_text().strip()
+    return out
+
+
+def rewrite_readme(readme: Path) -> list[str]:
+    """Replace the table right under each ``<!-- name.json -->`` marker; returns the names replaced."""
+    lines, done, out, i = readme.read_text().splitlines(), [], [], 0
+    generated = tables()
+    while i < len(lines):
+        out.append(lines[i])
+        marker = lines[i].strip()
+        name = marker[5:-4].strip() if marker.startswith("<!--") and marker.endswith("-->") else None
+        if name in generated:
+            i += 1
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1
+            out.extend(generated[name].splitlines())
+            done.append(name)
+            continue
+        i += 1
+    readme.write_text("\n".join(out) + "\n")
+    return done
+
+
+def main() -> int:
+    if "--readme" in sys.argv:
+        print("rewrote:", ", ".join(rewrite_readme(RESULTS.parent.parent / "README.md")))
+        return 0
+    for name, table in tables().items():
+        print(f"<!-- {name} -->\n{table}\n")
     return 0
 
 

@@ -20,6 +20,7 @@ from ragkit.config import FAST_LLM, ModelConfig, RagConfig  # noqa: E402
 from ragkit.features import Features  # noqa: E402
 from ragkit.indexer import build_index  # noqa: E402
 from ragkit.llm import build_chat_generator  # noqa: E402
+from ragkit.notebook import reset_prompt_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images"
@@ -36,7 +37,10 @@ def main() -> int:
     full = AgenticRAG(Features.all_on(), index_dir=index_dir, config=config, generator=generator)
     plain.ask("warm-up: what is Python?")
     full.ask("warm-up: what is Python?")
-    a, b = plain.ask(QUESTION), full.ask(QUESTION)
+    reset_prompt_cache(generator)  # each side from a cold prompt cache, as in the A/B view
+    a = plain.ask(QUESTION)
+    reset_prompt_cache(generator)
+    b = full.ask(QUESTION)
     fig = plots.ab_figure(a, b, ("plain", "all features"))
     fig.suptitle(f"A/B on “{QUESTION}” ({FAST_LLM}, 2 CPU cores)", fontsize=10)
     fig.tight_layout()

@@ -164,6 +164,19 @@ class _Engine:
         config = dataclasses.replace(self.config, models=dataclasses.replace(self.config.models, llm=model))
         return AgenticRAG(features, config=config, index=self.index, generator=self._generators[model])
 
+    def cold_rag(self, features: Features, model: str) -> AgenticRAG:
+        """As :meth:`rag`, with llama.cpp's prompt cache emptied first: an A/B comparison must not
+        let B reuse the sources A just evaluated."""
+        rag = self.rag(features, model)
+        reset_prompt_cache(rag.generator)
+        return rag
+
+
+def reset_prompt_cache(generator: Any) -> None:
+    llm = getattr(generator, "_model", None)
+    if llm is not None and hasattr(llm, "reset"):
+        llm.reset()
+
 
 class ControlPanel:
     """Toggles for every feature, a model choice, a question, Run; then the answer (streamed), its
@@ -271,8 +284,8 @@ class ControlPanel:
     def compare(self, other: Features, question: str | None = None, model: str | None = None) -> tuple[dict[str, Any], Any]:
         """A/B: the panel's current features (A) against ``other`` (B) on the same question."""
         question = question if question is not None else self.question.value
-        a = self.engine.rag(self.features(), self.model.value).ask(question)
-        b = self.engine.rag(other, model or self.model.value).ask(question)
+        a = self.engine.cold_rag(self.features(), self.model.value).ask(question)
+        b = self.engine.cold_rag(other, model or self.model.value).ask(question)
         return ab_compare(a, b), plots.ab_figure(a, b)
 
 

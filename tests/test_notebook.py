@@ -38,6 +38,10 @@ def test_every_features_field_has_a_control_and_round_trips():
     controls = feature_controls(features)
     assert {f.name for f in dataclasses.fields(Features)} - set(controls) == {"route_policy"}
     assert features_from_controls(controls) == features
+    # the support threshold: "calibrated for the model" (None) or any number, also off the 0.05 grid
+    assert controls["support_threshold"].value is None
+    exact = Features(hallucination_check=True, support_threshold=0.37)
+    assert features_from_controls(feature_controls(exact)).support_threshold == 0.37
 
 
 def test_run_button_shows_answer_confidence_sources_trace_and_plots(panel):
