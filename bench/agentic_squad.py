@@ -36,7 +36,7 @@ from ragkit.evaluation import exact_match, f1_score, lexical_support
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.features import Features
-from ragkit.llm import build_chat_generator
+from ragkit.llm import build_chat_generator, reset_prompt_cache
 from ragkit.prompts import NO_ANSWER
 
 CONFIGS: dict[str, Features] = {
@@ -105,12 +105,6 @@ def step_seconds(trace) -> dict[str, float]:
     for step in trace.steps:
         out[step.name] = out.get(step.name, 0.0) + step.seconds
     return out
-
-
-def reset_prompt_cache(generator) -> None:
-    llm = getattr(generator, "_model", None)
-    if llm is not None:
-        llm.reset()
 
 
 def run_model(model: str, configs: list[str], questions: list[dict], index, log) -> dict[str, list[dict]]:

@@ -79,12 +79,10 @@ class AgenticRAG:
     def prepare_sentence_vectors(self, progress: bool = False) -> dict[str, int]:
         """Embed every sentence of the index once for the bi-encoder reranker (kept next to a saved
         index, so later processes only load them); runs on the first reranked question."""
-        from ragkit.components.reranker import split_passage
-
         cache = SentenceVectorCache.for_model(self.features.rerank_model or "all-MiniLM-L6-v2")
         path = SentenceVectorCache.file_for(self.index.path, cache.embedder_model) if self.index.path else None
         loaded = cache.load(path) if path else 0
-        embedded = cache.precompute((s for d in self.index.chunks.values() for s in split_passage(d.content or "")), progress=progress)
+        embedded = self._component("reranker").prepare(list(self.index.chunks.values()), progress=progress)
         if embedded and path:
             try:
                 cache.save(path)

@@ -9,6 +9,7 @@ configured endpoint.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from haystack.utils import Secret
 
@@ -62,6 +63,14 @@ def build_document_embedder(models: ModelConfig, progress_bar: bool = True, batc
 
 
 _SHARED_TEXT_EMBEDDERS: dict[str, object] = {}
+
+
+def reset_prompt_cache(generator: Any) -> None:
+    """Empty llama.cpp's prompt cache (a no-op for other generators), so the next call reuses
+    nothing: what benchmarks and A/B comparisons need to be fair."""
+    llm = getattr(generator, "_model", None)
+    if llm is not None and hasattr(llm, "reset"):
+        llm.reset()
 
 
 def shared_text_embedder(embedder: str = "all-MiniLM-L6-v2"):

@@ -27,7 +27,7 @@ from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
 from ragkit.evaluation import exact_match, f1_score
 from ragkit.features import CHOICES, Features
 from ragkit.index import RagIndex
-from ragkit.llm import build_chat_generator
+from ragkit.llm import build_chat_generator, reset_prompt_cache
 from ragkit import plots
 
 # Where each Features field sits in the panel, and the range of its slider.
@@ -170,12 +170,6 @@ class _Engine:
         rag = self.rag(features, model)
         reset_prompt_cache(rag.generator)
         return rag
-
-
-def reset_prompt_cache(generator: Any) -> None:
-    llm = getattr(generator, "_model", None)
-    if llm is not None and hasattr(llm, "reset"):
-        llm.reset()
 
 
 class ControlPanel:
