@@ -79,10 +79,11 @@ class AgenticRAG:
     def prepare_sentence_vectors(self, progress: bool = False) -> dict[str, int]:
         """Embed every sentence of the index once for the bi-encoder reranker (kept next to a saved
         index, so later processes only load them); runs on the first reranked question."""
-        cache = SentenceVectorCache.for_model(self.features.rerank_model or "all-MiniLM-L6-v2")
+        reranker = self._component("reranker")
+        cache = reranker.sentence_cache()
         path = SentenceVectorCache.file_for(self.index.path, cache.embedder_model) if self.index.path else None
         loaded = cache.load(path) if path else 0
-        embedded = self._component("reranker").prepare(list(self.index.chunks.values()), progress=progress)
+        embedded = reranker.prepare(list(self.index.chunks.values()), progress=progress)
         if embedded and path:
             try:
                 cache.save(path)

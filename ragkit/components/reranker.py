@@ -123,13 +123,16 @@ class Reranker:
     def from_dict(cls, data: dict[str, Any]) -> "Reranker":
         return default_from_dict(cls, generator_from_dict(data))
 
+    def sentence_cache(self) -> SentenceVectorCache:
+        """The process-wide sentence vectors of this bi-encoder's model."""
+        return SentenceVectorCache.for_model(self.model or "all-MiniLM-L6-v2")
+
     def prepare(self, documents: list[Document], progress: bool = False) -> int:
         """Bi-encoder only: give every sentence of ``documents`` (say, a whole index) its vector
         now, so reranking them later embeds only the question. Returns how many were new."""
         if self.backend != "bi-encoder":
             return 0
-        cache = SentenceVectorCache.for_model(self.model or "all-MiniLM-L6-v2")
-        return cache.precompute((s for d in documents for s in split_passage(d.content or "")), progress=progress)
+        return self.sentence_cache().precompute((s for d in documents for s in split_passage(d.content or "")), progress=progress)
 
     def _scores(self, query: str, documents: list[Document]) -> list[float]:
         if self.backend == "cross-encoder":
@@ -139,7 +142,7 @@ class Reranker:
         if self.backend == "bi-encoder":
             pieces = [(i, s) for i, d in enumerate(documents) for s in split_passage(d.content or "")]
             query_vector = np.asarray(self._embedder.embedding_backend.embed([query], normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)[0]
-            cache = SentenceVectorCache.for_model(self.model or "all-MiniLM-L6-v2")
+            cache = self.sentence_cache()
             before = cache.embedded
             sentence_vectors = cache.vectors([s for _, s in pieces])
             record(decision={"sentences": len(pieces), "sentences_embedded_now": cache.embedded - before})
