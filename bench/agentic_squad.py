@@ -13,6 +13,11 @@ threshold against the sources the answer was written from) and by lexical suppor
 sources), decline rate, latency p50/p95 of ``AgenticRAG.ask``, LLM calls and prompt tokens
 (total, evaluated, reused) per question.
 
+Besides plain, each feature alone and all of them (the required rows), two reference rows for the
+0.5B: ``plain_top1`` (plain RAG reading one chunk instead of three) and ``grading_embedding`` (the
+no-LLM grader at a cosine cut of 0.6), to show how much of grading's gain comes from a shorter
+context and whether a millisecond grader gets it too.
+
     .venv/bin/python bench/agentic_squad.py                        # 0.5B: every config; 1.5B: plain + full
     .venv/bin/python bench/agentic_squad.py --questions 5 --out /tmp/agentic.json   # smoke run
 """
@@ -49,6 +54,12 @@ CONFIGS: dict[str, Features] = {
     "self_correction": Features(hallucination_check=True, self_correction=True),
     "confidence_floor": Features(confidence_floor=Features.all_on().confidence_floor),
     "full": Features.all_on(),
+}
+# Reference rows beside the required ones: how much of grading's gain is just a shorter context
+# (plain with one chunk), and the no-LLM grader at a cut (cosine 0.6) that drops as much as the LLM's.
+ABLATIONS: dict[str, Features] = {
+    "plain_top1": Features(top_k=1),
+    "grading_embedding": Features(grading=True, grader_backend="embedding", grade_threshold=6.0),
 }
 SMALL, LARGE = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
 SENTENCE_VECTORS: dict[str, dict] = {}  # per model: the reranker's index-time sentence vectors (loaded / embedded, seconds)
@@ -111,7 +122,7 @@ def run_model(model: str, configs: list[str], questions: list[dict], index, log)
     generator = build_chat_generator(ModelConfig(llm=model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
-    rags = {name: AgenticRAG(CONFIGS[name], config=config, generator=generator, index=index) for name in configs}
+    rags = {name: AgenticRAG({**CONFIGS, **ABLATIONS}[name], config=config, generator=generator, index=index) for name in configs}
     judge = HallucinationDetector(backend="llm_judge", generator=generator, threshold=support_threshold_for("llm_judge", model))
     fallback_sources = AgenticRAG(Features(), config=config, generator=generator, index=index).retriever
     for rag in rags.values():  # index-time work before timing: every index sentence gets its vector once
@@ -152,9 +163,9 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--small", default=SMALL)
-    parser.add_argument("--small-configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--small-configs", nargs="+", default=list(CONFIGS) + list(ABLATIONS), choices=list(CONFIGS) + list(ABLATIONS))
     parser.add_argument("--large", default=LARGE)
-    parser.add_argument("--large-configs", nargs="*", default=["plain", "full"])
+    parser.add_argument("--large-configs", nargs="*", default=["plain", "full"], choices=list(CONFIGS) + list(ABLATIONS))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agentic_squad.json"))
     parser.add_argument("--only-large", action="store_true", help="run only the large model and add its rows to the JSON already at --out")
     parser.add_argument("--only-small", action="store_true", help="run only the small model and keep the large model's rows already at --out")
@@ -173,7 +184,7 @@ def main() -> int:
         "index_chunks": len(index),
         "seed": args.seed,
         "configs": {},
-        "features": {name: CONFIGS[name].to_dict() for name in CONFIGS},
+        "features": {name: features.to_dict() for name, features in {**CONFIGS, **ABLATIONS}.items()},
         "notes": {
             "faithfulness": "share of answered questions judged supported (P >= the model's calibrated threshold, faithfulness_threshold) by the LLM judge of the same model, "
             "given the question, against the sources the answer was written from (top-5 retrieval when the route skipped retrieval)",

@@ -21,3 +21,30 @@ def test_all_features_reuse_the_sources_prefix(sample_index, fast_config, local_
     assert judge.prompt_tokens_reused > 0.7 * judge.prompt_tokens
     assert trace.prompt_tokens_evaluated == trace.prompt_tokens - trace.prompt_tokens_reused
     assert trace.prompt_tokens_evaluated < trace.prompt_tokens
+
+
+GRADING_CASES = [
+    ("Where was Nikola Tesla born?", ["Nikola Tesla was born in Smiljan in 1856.", "The Rhine flows into the North Sea.", "Tesla moved to New York in 1884."]),
+    ("What is the capital of France?", ["Paris is the capital and largest city of France.", "Paris is the capital of France; it has been since the 10th century.", "Lyon is known for its cuisine."]),
+    ("How long is the Rhine?", ["The Rhine is about 1,230 km long.", "Bananas are yellow.", "The Rhine rises in the Swiss Alps.", "The Danube flows east."]),
+]
+
+
+@pytest.mark.parametrize("question,texts", GRADING_CASES)
+def test_logit_grading_picks_what_the_grammar_sampler_picks(local_llm, question, texts):
+    """The grader reads its scores from the allowed tokens' logits instead of llama.cpp's grammar
+    sampler; greedy under the grammar must give exactly the same list."""
+    from haystack import Document
+
+    from ragkit.components.document_grader import grade_task
+    from ragkit.llama_probe import probe_for
+    from ragkit.prompts import context_messages
+    from ragkit.structured import int_list_constraint, parse_int_list
+
+    documents = [Document(content=t, meta={"title": "t"}) for t in texts]
+    messages = context_messages(documents, grade_task(question, len(texts)))
+    out = probe_for(local_llm).score_list(messages, len(texts))
+    kwargs = {**int_list_constraint(local_llm, len(texts)), "max_tokens": 4 * len(texts) + 4, "temperature": 0.0}
+    sampled = parse_int_list(local_llm.run(messages=messages, generation_kwargs=kwargs)["replies"][0].text, len(texts))
+    assert out["scores"] == sampled
+    assert out["prompt_tokens"] > 50 and out["reply_tokens"] >= len(texts)

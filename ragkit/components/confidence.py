@@ -8,7 +8,7 @@ Signals (each in [0, 1], each optional):
 * ``support`` — the hallucination check's score (lowest sentence P(supported)). Given the
   check's ``support_threshold``, the score is first rescaled so that the threshold sits at 0.5
   (piecewise linear: 0 → 0, threshold → 0.5, 1 → 1) — judges of different models put their
-  boundary in different places (0.41 for the 0.5B, 0.64 for the 1.5B) — and an answer that
+  boundary in different places (0.39 for the 0.5B, 0.56 for the 1.5B) — and an answer that
   failed the check is capped at that rescaled score: it never shows better than ○, and one far
   below the threshold falls under the floor and is declined.
 

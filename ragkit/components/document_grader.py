@@ -3,7 +3,9 @@
 ``backend="llm"`` grades the whole batch in ONE call (naive agentic RAG grades chunk by chunk: one
 call per chunk). The chunks sit in the shared sources prefix (see :mod:`ragkit.prompts`) so the
 answering call that follows reuses llama.cpp's cache, and a grammar forces the reply to be exactly
-``[s1,s2,…]`` with one integer 0–10 per chunk. ``backend="embedding"`` needs no LLM: the cosine
+``[s1,s2,…]`` with one integer 0–10 per chunk; with llama.cpp the same greedy choice is read from
+the logits of the allowed tokens (:meth:`~ragkit.llama_probe.LlamaProbe.score_list`), which is much
+cheaper than its grammar sampler. ``backend="embedding"`` needs no LLM: the cosine
 similarity between question and chunk, mapped linearly onto 0–10 (``cosine * 10``, clipped).
 
 A reply that cannot be parsed keeps every chunk and says so (``grading["fallback"]``); grading
@@ -24,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from ragkit.llama_probe import LlamaProbe, probe_for
 from ragkit.prompts import context_messages
 from ragkit.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, parse_int_list
 from ragkit.trace import record
@@ -61,6 +64,7 @@ class DocumentGrader:
         self.embedder_model = embedder_model
         self.max_chars_per_doc = max_chars_per_doc
         self._embedder = None
+        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
 
     def warm_up(self) -> None:
         if self.backend == "embedding" and self._embedder is None:
@@ -84,9 +88,21 @@ class DocumentGrader:
     def _llm_scores(self, query: str, documents: list[Document]) -> tuple[list[float] | None, str | None]:
         n = len(documents)
         messages = context_messages(documents, grade_task(query, n), self.max_chars_per_doc)
+        if self._probe is not None:
+            return self._probe_scores(messages, n)
         kwargs = {**int_list_constraint(self.generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}
         reply = call_llm(self.generator, messages, lambda text: parse_int_list(text, n), kwargs, step="grader")
         return (list(map(float, reply.value)), None) if reply.ok else (None, reply.error)
+
+    def _probe_scores(self, messages: list, n: int) -> tuple[list[float] | None, str | None]:
+        try:
+            out = self._probe.score_list(messages, n)
+        except Exception as exc:  # a context overflow or a broken model degrades like any LLM failure
+            error = f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+            record(llm_calls=1, fallback=f"grader: {error}", error=error)
+            return None, error
+        record(llm_calls=1, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])
+        return list(map(float, out["scores"])), None
 
     def _embedding_scores(self, query: str, documents: list[Document]) -> list[float]:
         model = self._embedder.embedding_backend

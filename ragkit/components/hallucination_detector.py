@@ -43,8 +43,8 @@ DetectorBackend = Literal["llm_judge", "hhem"]
 DEFAULT_SUPPORT_THRESHOLD = 0.5
 # llm_judge thresholds per embedded model, from bench/results/judge_squad.json ("calibrated").
 CALIBRATED_SUPPORT_THRESHOLDS: dict[str, float] = {
-    "qwen2.5-coder-0.5b": 0.41,
-    "qwen2.5-coder-1.5b": 0.64,
+    "qwen2.5-coder-0.5b": 0.39,
+    "qwen2.5-coder-1.5b": 0.56,
 }
 _CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -64,10 +64,7 @@ def split_sentences(answer: str) -> list[str]:
 
 def judge_task(sentence: str, question: str | None = None) -> str:
     asked = f"Question: {question}\n" if question else ""
-    return (
-        "Task: check the answer below against the sources. Reply yes if the sources state it or directly imply it, "
-        f"no if they say something else or do not mention it.\n{asked}Answer: {sentence}\nSupported by the sources (yes/no)?"
-    )
+    return f"{asked}Answer: {sentence}\nIs this answer stated in the sources or directly implied by them? Reply yes or no."
 
 
 def judge_batch_task(sentences: list[str], question: str | None = None) -> str:
