@@ -96,7 +96,6 @@ class LlamaProbe:
         probs /= probs.sum()
         return {label: float(p) for label, p in zip(label_logits, probs)}
 
-
     def _single_token(self, text: str) -> int:
         pieces = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         if len(pieces) != 1:
@@ -108,9 +107,11 @@ class LlamaProbe:
         ``"[" score ("," score)* "]"``, ``score ::= "10" | [0-9]`` picks, read from the logits of the
         allowed tokens only (one forward pass per score, over the cached prompt).
 
-        llama-cpp-python's grammar sampler checks the whole 151k-token vocabulary at every step;
-        here that made a 7-token grade reply cost ~0.5 s. Returns the scores, the prompt's tokens
-        (and how many came from the cache) and the reply tokens fed back while decoding."""
+        Only the digits matter, so there is no need for llama-cpp-python's grammar sampler, which
+        checks the 151k-token vocabulary at every step: on 12 SQuAD questions with the 0.5B the grade
+        step's median went 3.52 → 3.45 s, with the same scores (tests/test_llm_efficiency.py checks
+        them against the grammar). Returns the scores, the prompt's tokens (and how many came from
+        the cache) and the reply tokens fed back while decoding."""
         prompt = self.format(messages)
         digit_ids = [self._single_token(str(d)) for d in range(10)]
         comma, close = self._single_token(","), self._single_token("]")

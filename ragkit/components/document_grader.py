@@ -4,8 +4,8 @@
 call per chunk). The chunks sit in the shared sources prefix (see :mod:`ragkit.prompts`) so the
 answering call that follows reuses llama.cpp's cache, and a grammar forces the reply to be exactly
 ``[s1,s2,…]`` with one integer 0–10 per chunk; with llama.cpp the same greedy choice is read from
-the logits of the allowed tokens (:meth:`~ragkit.llama_probe.LlamaProbe.score_list`), which is much
-cheaper than its grammar sampler. ``backend="embedding"`` needs no LLM: the cosine
+the logits of the allowed tokens (:meth:`~ragkit.llama_probe.LlamaProbe.score_list`), a little
+cheaper than its grammar sampler and unable to produce anything but a valid list. ``backend="embedding"`` needs no LLM: the cosine
 similarity between question and chunk, mapped linearly onto 0–10 (``cosine * 10``, clipped).
 
 A reply that cannot be parsed keeps every chunk and says so (``grading["fallback"]``); grading
