@@ -50,7 +50,7 @@ def main() -> int:
     results = json.loads((ROOT / "bench" / "results" / "agentic_squad.json").read_text())
     small = {name: row for name, row in results["configs"].items() if row["model"] == FAST_LLM}
     fig = plots.quality_latency_scatter(small, quality="f1")
-    fig.axes[0].set_title(f"SQuAD F1 vs latency, {results['questions']} questions, {FAST_LLM} (bench/results/agentic_squad.json)", fontsize=9)
+    fig.axes[0].set_title(f"SQuAD F1 vs p50 latency, {results['questions']} questions, {FAST_LLM}", fontsize=9)
     fig.savefig(OUT / "agentic_squad_f1_vs_latency.png", dpi=110)
     for name in ("ab_view.png", "latency_waterfall.png", "agentic_squad_f1_vs_latency.png"):
         print(OUT / name)
