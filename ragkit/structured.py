@@ -132,6 +132,11 @@ def parse_int_list(text: str, n: int, low: int = 0, high: int = 10) -> list[int]
     return scores
 
 
+def llm_error(exc: BaseException) -> str:
+    """How a failed LLM call is named in results and traces (one wording for every step)."""
+    return f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+
+
 def call_llm(
     generator: Any,
     messages: list[ChatMessage],
@@ -146,7 +151,7 @@ def call_llm(
     try:
         reply = generator.run(messages=messages, **kwargs)["replies"][0]
     except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
-        error = f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+        error = llm_error(exc)
         record(llm_calls=1, fallback=f"{step}: {error}", error=error)
         return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0)
     seconds = time.perf_counter() - t0

@@ -2,9 +2,14 @@
 all features on stay within the LLM-call budget."""
 
 import pytest
+from haystack import Document
 
 from ragkit.agentic import AgenticRAG
+from ragkit.components.document_grader import grade_task
 from ragkit.features import Features
+from ragkit.llama_probe import probe_for
+from ragkit.prompts import context_messages
+from ragkit.structured import int_list_constraint, parse_int_list
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -34,13 +39,6 @@ GRADING_CASES = [
 def test_logit_grading_picks_what_the_grammar_sampler_picks(local_llm, question, texts):
     """The grader reads its scores from the allowed tokens' logits instead of llama.cpp's grammar
     sampler; greedy under the grammar must give exactly the same list."""
-    from haystack import Document
-
-    from ragkit.components.document_grader import grade_task
-    from ragkit.llama_probe import probe_for
-    from ragkit.prompts import context_messages
-    from ragkit.structured import int_list_constraint, parse_int_list
-
     documents = [Document(content=t, meta={"title": "t"}) for t in texts]
     messages = context_messages(documents, grade_task(question, len(texts)))
     out = probe_for(local_llm).score_list(messages, len(texts))

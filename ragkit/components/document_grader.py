@@ -28,7 +28,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.llama_probe import LlamaProbe, probe_for
 from ragkit.prompts import context_messages
-from ragkit.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, parse_int_list
+from ragkit.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, llm_error, parse_int_list
 from ragkit.trace import record
 
 GraderBackend = Literal["llm", "embedding"]
@@ -98,7 +98,7 @@ class DocumentGrader:
         try:
             out = self._probe.score_list(messages, n)
         except Exception as exc:  # a context overflow or a broken model degrades like any LLM failure
-            error = f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+            error = llm_error(exc)
             record(llm_calls=1, fallback=f"grader: {error}", error=error)
             return None, error
         record(llm_calls=1, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])

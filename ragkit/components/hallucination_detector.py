@@ -36,7 +36,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.llama_probe import LlamaProbe, probe_for
 from ragkit.prompts import NO_ANSWER, context_messages
-from ragkit.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
+from ragkit.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
 from ragkit.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
@@ -184,7 +184,7 @@ class HallucinationDetector:
             else:
                 scores, error = self._judge(sentences, documents, question)
         except Exception as exc:  # a judge that breaks must not take the answer down with it
-            scores, error = None, f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+            scores, error = None, llm_error(exc)
             record(fallback=f"hallucination: {error}")
         if scores is None:
             info.update(sentences=[{"text": s, "p_supported": None} for s in sentences], fallback=error)
