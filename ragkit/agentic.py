@@ -43,7 +43,7 @@ from ragkit.llm import build_chat_generator
 from ragkit.prompts import NO_ANSWER, answer_task, context_messages
 from ragkit.retrieval import HybridRetriever, check_query
 from ragkit.sentence_vectors import SentenceVectorCache
-from ragkit.structured import call_llm
+from ragkit.structured import answer_constraint, call_llm, parse_answer
 from ragkit.trace import RagkitTracer, Trace
 
 DIRECT_SYSTEM = "Answer briefly and helpfully."
@@ -141,7 +141,8 @@ class AgenticRAG:
         return answer if answer else NO_ANSWER
 
     def _generate(self, messages: list[ChatMessage], step: str) -> str | None:
-        reply = call_llm(self.generator, messages, lambda text: text.strip(), {"max_tokens": self.config.models.max_new_tokens, "temperature": 0.0}, step=step)
+        kwargs = {"max_tokens": self.config.models.max_new_tokens, "temperature": 0.0, **answer_constraint(self.generator)}
+        reply = call_llm(self.generator, messages, parse_answer, kwargs, step=step)
         return reply.value if reply.ok else None
 
     # -- the question ---------------------------------------------------------------------------

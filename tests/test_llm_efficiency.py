@@ -3,13 +3,14 @@ all features on stay within the LLM-call budget."""
 
 import pytest
 from haystack import Document
+from haystack.dataclasses import ChatMessage
 
 from ragkit.agentic import AgenticRAG
 from ragkit.components.document_grader import grade_task
 from ragkit.features import Features
 from ragkit.llama_probe import probe_for
 from ragkit.prompts import context_messages
-from ragkit.structured import int_list_constraint, parse_int_list
+from ragkit.structured import answer_constraint, int_list_constraint, parse_int_list
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -46,3 +47,13 @@ def test_logit_grading_picks_what_the_grammar_sampler_picks(local_llm, question,
     sampled = parse_int_list(local_llm.run(messages=messages, generation_kwargs=kwargs)["replies"][0].text, len(texts))
     assert out["scores"] == sampled
     assert out["prompt_tokens"] > 50 and out["reply_tokens"] >= len(texts)
+
+
+def test_the_answer_grammar_keeps_a_citation_mark_out_of_the_first_token(local_llm):
+    """Told to reply with only "[1]", the real model under the answer grammar must start with something else."""
+    messages = [ChatMessage.from_user("Reply with exactly this and nothing else: [1]")]
+    free = local_llm.run(messages=messages, generation_kwargs={"max_tokens": 8, "temperature": 0.0})["replies"][0].text.strip()
+    kwargs = {**answer_constraint(local_llm), "max_tokens": 8, "temperature": 0.0}
+    constrained = local_llm.run(messages=messages, generation_kwargs=kwargs)["replies"][0].text
+    assert free.startswith("[1]")  # the test only means something if the model would have emitted it
+    assert constrained.strip() and not constrained.lstrip().startswith("[")

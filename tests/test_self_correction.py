@@ -1,11 +1,13 @@
 """SelfCorrectingAnswerer (a Haystack pipeline loop) and GuardedGenerator, with scripted mock LLMs."""
 
 import pytest
-from haystack import Document
+from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 
+from ragkit.agentic import AgenticRAG
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.self_correction import SelfCorrectingAnswerer
+from ragkit.features import Features
 from ragkit.prompts import NO_ANSWER
 from ragkit.trace import RagkitTracer
 
@@ -83,8 +85,6 @@ def test_guarded_generator_turns_failures_into_a_traced_fallback():
 
     tracer = RagkitTracer()
     with tracer.collect() as trace:
-        from haystack import Pipeline
-
         pipe = Pipeline()
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(response_fn=broken)))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})
@@ -94,3 +94,29 @@ def test_guarded_generator_turns_failures_into_a_traced_fallback():
     assert empty == {"text": NO_ANSWER, "ok": False}
     again = GuardedGenerator.from_dict(GuardedGenerator(generator=MockChatGenerator(responses=["x"]), max_tokens=7).to_dict())
     assert again.max_tokens == 7
+
+
+@pytest.mark.parametrize("reply", ["[1]", " [2]. ", "[1][3]", "[1, 2]"])
+def test_a_reply_that_is_only_a_citation_is_a_traced_fallback(reply):
+    tracer = RagkitTracer()
+    with tracer.collect() as trace:
+        pipe = Pipeline()
+        pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(responses=[reply])))
+        out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})["answer"]
+    assert out == {"text": "kept", "ok": False}
+    assert any("answer: parse_failed: the reply is only a citation mark" in f for f in trace.fallbacks)
+
+
+def test_an_echoed_decline_instruction_is_a_decline_and_raw_mode_keeps_any_text():
+    echoed = NO_ANSWER + " only if none of the sources mentions it."
+    assert GuardedGenerator(generator=MockChatGenerator(responses=[echoed])).run(messages=[]) == {"text": NO_ANSWER, "ok": True}
+    raw = GuardedGenerator(generator=MockChatGenerator(responses=["[1]"]), answer_format=False)
+    assert raw.run(messages=[]) == {"text": "[1]", "ok": True}
+    assert GuardedGenerator.from_dict(raw.to_dict()).answer_format is False
+
+
+def test_bare_citation_answers_make_agentic_rag_decline_with_the_reason_traced(sample_index, fast_config):
+    rag = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=MockChatGenerator(responses=["[2]"]))
+    result = rag.ask("What does the sample say about retrieval?")
+    assert result.answer == NO_ANSWER
+    assert any("parse_failed: the reply is only a citation mark" in f for f in result.trace.fallbacks)

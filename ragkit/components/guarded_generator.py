@@ -7,6 +7,10 @@ tokens reused from llama.cpp's prompt cache, completion tokens) and a failure or
 becomes a traced fallback: the ``fallback`` input if one was sent (e.g. the previous answer in a
 self-correction loop), else "The documents don't say.".
 
+With ``answer_format=True`` (the default) the reply is read as an answer: on llama.cpp a grammar makes
+it start with its content rather than a citation mark, and on any backend a reply that is only
+citation marks is a fallback too (:func:`ragkit.structured.parse_answer`).
+
 Usage::
 
     pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256))
@@ -21,7 +25,7 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from ragkit.prompts import NO_ANSWER
-from ragkit.structured import call_llm, generator_from_dict, generator_to_dict
+from ragkit.structured import answer_constraint, call_llm, generator_from_dict, generator_to_dict, parse_answer
 
 
 def _nonempty(text: str) -> str:
@@ -33,17 +37,18 @@ def _nonempty(text: str) -> str:
 
 @component
 class GuardedGenerator:
-    def __init__(self, generator: Any, max_tokens: int = 256, step: str = "answer"):
+    def __init__(self, generator: Any, max_tokens: int = 256, step: str = "answer", answer_format: bool = True):
         self.generator = generator
         self.max_tokens = max_tokens
         self.step = step
+        self.answer_format = answer_format
 
     def warm_up(self) -> None:
         if hasattr(self.generator, "warm_up"):
             self.generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, generator=generator_to_dict(self.generator), max_tokens=self.max_tokens, step=self.step)
+        return default_to_dict(self, generator=generator_to_dict(self.generator), max_tokens=self.max_tokens, step=self.step, answer_format=self.answer_format)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GuardedGenerator":
@@ -51,7 +56,10 @@ class GuardedGenerator:
 
     @component.output_types(text=str, ok=bool)
     def run(self, messages: list[ChatMessage], fallback: Optional[str] = None) -> dict[str, Any]:
-        reply = call_llm(self.generator, messages, _nonempty, {"max_tokens": self.max_tokens, "temperature": 0.0}, step=self.step)
+        kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
+        if self.answer_format:
+            kwargs.update(answer_constraint(self.generator))
+        reply = call_llm(self.generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
         if reply.ok:
             return {"text": reply.value, "ok": True}
         return {"text": fallback if fallback else NO_ANSWER, "ok": False}
