@@ -1,5 +1,6 @@
 """SelfCorrectingAnswerer (a Haystack pipeline loop) and GuardedGenerator, with scripted mock LLMs."""
 
+import numpy as np
 import pytest
 from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
@@ -9,6 +10,7 @@ from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.self_correction import SelfCorrectingAnswerer
 from ragkit.features import Features
 from ragkit.prompts import NO_ANSWER
+from ragkit.structured import FirstTokenMask
 from ragkit.trace import RagkitTracer
 
 DOCS = [Document(content="Nikola Tesla was born in Smiljan in 1856.", meta={"title": "Tesla"})]
@@ -120,3 +122,11 @@ def test_bare_citation_answers_make_agentic_rag_decline_with_the_reason_traced(s
     result = rag.ask("What does the sample say about retrieval?")
     assert result.answer == NO_ANSWER
     assert any("parse_failed: the reply is only a citation mark" in f for f in result.trace.fallbacks)
+
+
+def test_first_token_mask_bans_only_the_first_generated_position():
+    mask = FirstTokenMask(np.array([1, 3], dtype=np.intc))
+    prompt = np.arange(5)
+    first = mask(prompt, np.zeros(4, dtype=np.single))
+    later = mask(np.arange(6), np.zeros(4, dtype=np.single))
+    assert list(first) == [0, -np.inf, 0, -np.inf] and list(later) == [0, 0, 0, 0]

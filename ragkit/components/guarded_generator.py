@@ -7,8 +7,8 @@ tokens reused from llama.cpp's prompt cache, completion tokens) and a failure or
 becomes a traced fallback: the ``fallback`` input if one was sent (e.g. the previous answer in a
 self-correction loop), else "The documents don't say.".
 
-With ``answer_format=True`` (the default) the reply is read as an answer: on llama.cpp a grammar makes
-it start with its content rather than a citation mark, and on any backend a reply that is only
+With ``answer_format=True`` (the default) the reply is read as an answer: on llama.cpp its first token may
+not be a citation mark (:func:`ragkit.structured.answer_constraint`), and on any backend a reply that is only
 citation marks is a fallback too (:func:`ragkit.structured.parse_answer`).
 
 Usage::
