@@ -31,6 +31,7 @@ class LlamaProbe:
         self.evaluated_tokens = 0
         self.reused_tokens = 0
         self._formatter = None
+        self._leading_citation_ids: np.ndarray | None = None
 
     @staticmethod
     def supports(generator: Any) -> bool:
@@ -95,6 +96,14 @@ class LlamaProbe:
         probs = np.exp(values - values.max())
         probs /= probs.sum()
         return {label: float(p) for label, p in zip(label_logits, probs)}
+
+    def leading_citation_token_ids(self) -> np.ndarray:
+        """Token ids that would open a reply with "[" or with nothing but whitespace (computed once per model)."""
+        if self._leading_citation_ids is None:
+            llm = self.llm
+            texts = (llm.detokenize([i]).decode("utf-8", "replace") for i in range(llm.n_vocab()))
+            self._leading_citation_ids = np.array([i for i, t in enumerate(texts) if not t.strip() or t.lstrip().startswith("[")], dtype=np.intc)
+        return self._leading_citation_ids
 
     def _single_token(self, text: str) -> int:
         pieces = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)

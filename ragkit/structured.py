@@ -163,22 +163,12 @@ class FirstTokenMask:
         return scores
 
 
-def leading_citation_token_ids(generator: Any) -> np.ndarray:
-    """Token ids that would open a reply with "[" or with nothing but whitespace (computed once per model)."""
-    probe = probe_for(generator)
-    if getattr(probe, "_leading_citation_ids", None) is None:
-        llm = probe.llm
-        texts = (llm.detokenize([i]).decode("utf-8", "replace") for i in range(llm.n_vocab()))
-        probe._leading_citation_ids = np.array([i for i, t in enumerate(texts) if not t.strip() or t.lstrip().startswith("[")], dtype=np.intc)
-    return probe._leading_citation_ids
-
-
 def answer_constraint(generator: Any) -> dict[str, Any]:
     """generation_kwargs that make a free-text answer start with its content, not a citation mark (llama.cpp)."""
     if backend_of(generator) == "llama.cpp":
         from llama_cpp import LogitsProcessorList
 
-        return {"logits_processor": LogitsProcessorList([FirstTokenMask(leading_citation_token_ids(generator))])}
+        return {"logits_processor": LogitsProcessorList([FirstTokenMask(probe_for(generator).leading_citation_token_ids())])}
     return {}
 
 
