@@ -224,7 +224,8 @@ def main() -> int:
         answers_path.write_text("".join(json.dumps({"config": name, **row}) + "\n" for name, rows_ in all_rows.items() for row in rows_))  # after each model: a stopped run keeps them
         for name, r in rows.items():
             print(f"{name + suffix:24s} {json.dumps(summarize(model, r))}", file=sys.stderr)
-    configs = report["configs"]
+    # the small model's rows first, whichever model this run measured
+    report["configs"] = configs = dict(sorted(report["configs"].items(), key=lambda kv: kv[1]["model"] != args.small))
     report["targets"] = {}
     for suffix in ("", "_1.5b", "_large"):
         plain, full = configs.get("plain" + suffix), configs.get("full" + suffix)
