@@ -103,15 +103,31 @@ def ab_figure(a: Any, b: Any, labels: tuple[str, str] = ("A", "B")):
 def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "f1", ax=None):
     """One point per configuration: latency p50 (x) against a quality measure (y)."""
     fig, ax = _axes(ax, (6, 4))
-    for name, row in summary.items():
-        x, y = row.get("latency_s_p50"), row.get(quality)
-        if x is None or y is None:
-            continue
-        ax.scatter(x, y, s=40)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("latency p50 (s)")
     ax.set_ylabel(quality)
     ax.set_title(f"{quality} vs latency")
+    points = [(name, row["latency_s_p50"], row[quality]) for name, row in summary.items() if row.get("latency_s_p50") is not None and row.get(quality) is not None]
+    if not points:
+        return fig
+    for _, x, y in points:
+        ax.scatter(x, y, s=40)
+    fig.tight_layout()
+    # configs that do the same work land on the same spot: try label positions around each point and keep
+    # the first that overlaps no label already placed, instead of printing names over each other
+    renderer = fig.canvas.get_renderer()
+    candidates = [(4, 4, "left"), (4, -10, "left"), (-4, 4, "right"), (-4, -10, "right"), (4, 15, "left"), (4, -21, "left"), (-4, 15, "right"), (-4, -21, "right")]
+    taken = []
+    for name, x, y in sorted(points, key=lambda p: (p[1], -p[2])):
+        for dx, dy, ha in candidates:
+            label = ax.annotate(name, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, fontsize=8)
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in taken):
+                break
+            label.remove()
+        else:  # nowhere free: the default spot, overlapping
+            label = ax.annotate(name, (x, y), textcoords="offset points", xytext=candidates[0][:2], fontsize=8)
+            box = label.get_window_extent(renderer)
+        taken.append(box)
     fig.tight_layout()
     return fig
 
