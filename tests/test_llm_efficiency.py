@@ -49,8 +49,8 @@ def test_logit_grading_picks_what_the_grammar_sampler_picks(local_llm, question,
     assert out["prompt_tokens"] > 50 and out["reply_tokens"] >= len(texts)
 
 
-def test_the_answer_grammar_keeps_a_citation_mark_out_of_the_first_token(local_llm):
-    """Told to reply with only "[1]", the real model under the answer grammar must start with something else."""
+def test_the_first_token_mask_keeps_a_citation_mark_out_of_an_answer(local_llm):
+    """Told to reply with only "[1]", the real model under the answer constraint must start with something else."""
     messages = [ChatMessage.from_user("Reply with exactly this and nothing else: [1]")]
     free = local_llm.run(messages=messages, generation_kwargs={"max_tokens": 8, "temperature": 0.0})["replies"][0].text.strip()
     kwargs = {**answer_constraint(local_llm), "max_tokens": 8, "temperature": 0.0}

@@ -28,6 +28,7 @@ def test_scatter_labels_of_configs_on_the_same_spot_do_not_overlap():
     assert overlapping == []
     assert labels["plain_top1"].xyann == (4, 4)  # a point with room keeps the default spot
 
+
 def test_scatter_skips_rows_without_the_measure_and_draws_an_empty_axis_for_none():
     labels = _labels(quality_latency_scatter({"a": {"latency_s_p50": 1.0, "f1": 0.5}, "b": {"latency_s_p50": 2.0}}))
     assert set(labels) == {"a"}
