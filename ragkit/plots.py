@@ -1,101 +1,198 @@
 """Matplotlib figures for the notebooks: per-step latency waterfall, confidence breakdown, the A/B
-comparison of two configurations, and the quality-vs-latency scatter of an ablation.
+comparison of two configurations, the quality-vs-latency scatter of an ablation and the
+reliability diagram of a confidence.
 
 Every function takes results (``AgenticResult`` / ``Trace`` / summary rows) and an optional ``ax``
 and returns the matplotlib ``Figure``, so a test can check what was drawn without a display.
+
+Figures are built as ``matplotlib.figure.Figure`` objects, never through ``pyplot``: in Jupyter,
+ipywidgets' message handling fires IPython's post-execute hook, and matplotlib-inline then shows
+and closes every figure pyplot knows about — on ipykernel's comm thread, while the panel may still
+be drawing it (blank or half-drawn plots, figures shown twice, copies in the log console). A figure
+pyplot never saw is left alone; it still renders as the last expression of a cell (IPython's PNG
+formatter for Figure, or :meth:`NotebookFigure._repr_png_` where none is registered).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import io
+import math
+from typing import Any, Iterable
 
-import matplotlib.pyplot as plt  # headless runs (CI, nbclient) fall back to Agg on their own
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
 from ragkit.trace import Trace
 
-LLM_COLOR, STEP_COLOR = "#d1495b", "#66a182"
+LLM_COLOR, STEP_COLOR, ONE_TIME_COLOR = "#d1495b", "#66a182", "#b8b8b8"
+HIGH_COLOR, MID_COLOR, LOW_COLOR = "#66a182", "#edae49", "#d1495b"
 SIGNAL_ORDER = ("retrieval", "grading", "support")
+# Work done once per process or index, not per question: kept out of per-question latency.
+ONE_TIME_STEPS = ("sentence_vectors",)
+BANDS_CAPTION = "● > 0.7 likely right · ◐ 0.5–0.7 unsure · ○ < 0.5 likely wrong"
+
+
+class NotebookFigure(Figure):
+    """A ``Figure`` pyplot does not manage, that shows itself as a PNG in a notebook."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_png(self)
+
+
+def new_figure(figsize: tuple[float, float] = (7, 3)) -> Figure:
+    fig = NotebookFigure(figsize=figsize)
+    FigureCanvasAgg(fig)  # draws and saves without any pyplot backend
+    return fig
+
+
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (white background, cropped to what was drawn)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
+    return buffer.getvalue()
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``0.0004`` → "<1 ms", ``0.043`` → "43 ms", ``5.075`` → "5.1 s", ``65.1`` → "1 min 5 s"."""
+    if seconds is None:
+        return "—"
+    if seconds < 0.001:
+        return "<1 ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def one_time_seconds(trace: Trace) -> dict[str, float]:
+    """Seconds spent in one-time preparation steps (e.g. ``sentence_vectors``) during this question."""
+    spent: dict[str, float] = {}
+    for step in trace.steps:
+        if step.name in ONE_TIME_STEPS:
+            spent[step.name] = spent.get(step.name, 0.0) + step.seconds
+    return spent
+
+
+def per_question_seconds(result: Any) -> float:
+    """The result's wall time without one-time preparation that happened to run inside it."""
+    return max(result.seconds - sum(one_time_seconds(result.trace).values()), 0.0)
 
 
 def _axes(ax, figsize=(7, 3)):
     if ax is not None:
         return ax.figure, ax
-    fig, ax = plt.subplots(figsize=figsize)
-    return fig, ax
+    fig = new_figure(figsize)
+    return fig, fig.add_subplot()
 
 
 def latency_waterfall(trace: Trace, ax=None, title: str = "where the time goes"):
-    """One bar per step, placed at its start; red bars called the LLM."""
+    """One bar per step, placed at its start; red bars called the LLM, grey ones are one-time
+    preparation (not part of the per-question latency). Labels stay inside the axes."""
     rows = trace.offsets()
-    fig, ax = _axes(ax, (7, 0.35 * max(len(rows), 3) + 1))
+    fig, ax = _axes(ax, (7, 0.35 * max(len(rows), 3) + 1.3))
     calls: dict[str, int] = {}
     for step in trace.steps:
         calls[step.name] = calls.get(step.name, 0) + step.llm_calls
+    end = max((start + seconds for _, start, seconds in rows), default=0.0) or 1e-3
     for i, (name, start, seconds) in enumerate(rows):
-        ax.barh(i, seconds, left=start, color=LLM_COLOR if calls.get(name) else STEP_COLOR)
-        ax.text(start + seconds, i, f" {seconds * 1000:.0f} ms", va="center", fontsize=8)
+        color = ONE_TIME_COLOR if name in ONE_TIME_STEPS else LLM_COLOR if calls.get(name) else STEP_COLOR
+        ax.barh(i, seconds, left=start, color=color, hatch="//" if name in ONE_TIME_STEPS else None)
+        label = format_seconds(seconds)
+        if seconds > 0.25 * end:  # a long bar carries its label inside, so it cannot pass the frame
+            ax.text(start + seconds - 0.01 * end, i, label, va="center", ha="right", fontsize=8, color="white", fontweight="bold")
+        else:
+            ax.text(start + seconds + 0.01 * end, i, label, va="center", ha="left", fontsize=8)
+    ax.set_xlim(0, end * 1.22)  # room for the labels right of the short bars that end last
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first step")
     ax.set_title(title)
+    legend = [Patch(color=LLM_COLOR, label="called the LLM"), Patch(color=STEP_COLOR, label="no LLM")]
+    if any(name in ONE_TIME_STEPS for name, _, _ in rows):
+        legend.append(Patch(facecolor=ONE_TIME_COLOR, hatch="//", label="one-time setup (not per question)"))
+    # under the x label, at a fixed distance in points whatever the axes' height
+    below = offset_copy(ax.transAxes, fig=fig, y=-30, units="points")
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=len(legend), fontsize=7.5, frameon=False)
     fig.tight_layout()
     return fig
 
 
+def _band_labels(ax) -> None:
+    """Say what the shaded bands and symbols mean, in the margin right of the axes."""
+    for low, high, text, color in ((0.7, 1.0, "● > 0.7\nlikely right", HIGH_COLOR), (0.5, 0.7, "◐ 0.5–0.7\nunsure", MID_COLOR), (0.0, 0.5, "○ < 0.5\nlikely wrong", LOW_COLOR)):
+        ax.axhspan(low, high, color=color, alpha=0.1)
+        ax.text(1.02, (low + high) / 2, text, transform=ax.get_yaxis_transform(), va="center", ha="left", fontsize=7.5, color="#333333")
+
+
 def confidence_breakdown(result: Any, ax=None, floor: float | None = None):
-    """The signals confidence is built from, and the confidence itself with the ● ◐ ○ bands."""
-    signals = result.details.get("confidence", {}) or {}
-    names = [n for n in SIGNAL_ORDER if n in signals] + ["confidence"]
-    values = [signals[n] for n in names[:-1]] + [result.confidence or 0.0]
-    fig, ax = _axes(ax, (5, 3))
+    """The signals confidence is built from, and the confidence itself, over the ● ◐ ○ bands
+    (explained beside the axes)."""
+    signals = {k: v for k, v in (result.details.get("confidence", {}) or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    names = [n for n in SIGNAL_ORDER if n in signals] + [n for n in signals if n not in SIGNAL_ORDER] + ["confidence"]
+    values = [float(signals[n]) for n in names[:-1]] + [result.confidence or 0.0]
+    fig, ax = _axes(ax, (6, 3.2))
+    _band_labels(ax)
     ax.bar(names, values, color=[STEP_COLOR] * (len(names) - 1) + ["#2e4057"])
-    ax.axhspan(0.7, 1.0, color="#66a182", alpha=0.08)
-    ax.axhspan(0.5, 0.7, color="#edae49", alpha=0.08)
-    ax.axhspan(0.0, 0.5, color="#d1495b", alpha=0.06)
     if floor:
-        ax.axhline(floor, color="black", linestyle="--", linewidth=1, label=f"decline floor {floor}")
-        ax.legend(loc="upper right", fontsize=8)
+        ax.axhline(floor, color="black", linestyle="--", linewidth=1, label=f"declines below {floor:.2f}")
+        ax.legend(loc="upper left", fontsize=7.5)
     for i, v in enumerate(values):
-        ax.text(i, v + 0.02, f"{v:.2f}", ha="center", fontsize=8)
-    ax.set_ylim(0, 1.08)
+        ax.text(i, min(v, 1.0) + 0.02, f"{v:.2f}", ha="center", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("signal (0–1)")
     ax.set_title(f"confidence {result.symbol} {result.confidence or 0:.2f}")
     fig.tight_layout()
     return fig
 
 
 def ab_figure(a: Any, b: Any, labels: tuple[str, str] = ("A", "B")):
-    """Two results of the same question: stacked per-step latency, and confidence signals."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    """Two results of the same question: stacked per-step latency (one-time preparation left out,
+    and said so), and confidence signals."""
+    fig = new_figure((11, 3.8))
+    left, right = fig.subplots(1, 2)
     names: list[str] = []
     for result in (a, b):
         for step in result.trace.steps:
-            if step.name not in names:
+            if step.name not in names and step.name not in ONE_TIME_STEPS:
                 names.append(step.name)
-    cmap = plt.get_cmap("tab20")
+    cmap = matplotlib.colormaps["tab20"]
+    excluded: list[str] = []
     for col, result in enumerate((a, b)):
         bottom = 0.0
         per_step: dict[str, float] = {}
         for step in result.trace.steps:
+            if step.name in ONE_TIME_STEPS:
+                continue
             per_step[step.name] = per_step.get(step.name, 0.0) + step.seconds
         for k, name in enumerate(names):
             seconds = per_step.get(name, 0.0)
             if seconds:
-                left.bar(col, seconds, bottom=bottom, color=cmap(k % 20), label=name if col == 0 or name not in [s.name for s in a.trace.steps] else None)
+                left.bar(col, seconds, bottom=bottom, color=cmap(k % 20), label=name if name not in left.get_legend_handles_labels()[1] else None)
                 bottom += seconds
-        left.text(col, bottom, f"{result.seconds:.2f} s", ha="center", va="bottom", fontsize=9)
+        left.text(col, bottom, format_seconds(per_question_seconds(result)), ha="center", va="bottom", fontsize=9)
+        excluded += [f"{labels[col]}: {name} {format_seconds(s)}" for name, s in one_time_seconds(result.trace).items()]
     left.set_xticks([0, 1], list(labels))
-    left.set_ylabel("seconds")
+    left.set_ylabel("seconds per question")
     left.set_title("latency by step")
+    left.set_ylim(0, max(per_question_seconds(a), per_question_seconds(b), 1e-3) * 1.15)  # room for the totals
     left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if excluded:
+        left.set_xlabel("one-time setup not counted: " + "; ".join(excluded), fontsize=8)
     signals = list(SIGNAL_ORDER) + ["confidence"]
     width = 0.38
     for col, result in enumerate((a, b)):
         values = [(result.details.get("confidence") or {}).get(n, 0.0) for n in SIGNAL_ORDER] + [result.confidence or 0.0]
         right.bar([i + (col - 0.5) * width for i in range(len(signals))], values, width=width, label=f"{labels[col]} {result.symbol}")
     right.set_xticks(range(len(signals)), signals)
-    right.set_ylim(0, 1.05)
+    right.set_ylim(0, 1.22)  # the legend sits above 1.0, over no bar
+    _band_labels(right)
     right.set_title("confidence and its signals")
-    right.legend(fontsize=8)
+    right.legend(fontsize=8, loc="upper center", ncol=2)
     fig.tight_layout()
     return fig
 
@@ -153,7 +250,8 @@ def recall_curves(rows: list[dict], ks: tuple[int, ...] = (1, 2, 3, 5, 10, 20), 
 
 def router_bars(results: dict[str, dict[str, Any]]):
     """Accuracy and median latency per router backend (from :func:`ragkit.experiments.router_accuracy`)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    fig = new_figure((10, 3.2))
+    left, right = fig.subplots(1, 2)
     names = list(results)
     left.bar(names, [results[n]["accuracy"] for n in names], color=STEP_COLOR)
     for i, n in enumerate(names):
@@ -201,5 +299,70 @@ def rank_shift(rows: list[dict], before: str = "rank_before", after: str = "rank
     ax.set_xlabel(before.replace("_", " "))
     ax.set_ylabel(after.replace("_", " "))
     ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _calibration_bins(pairs: Iterable[tuple[float, bool]], n_bins: int = 10) -> list[tuple[int, float, float]]:
+    """Per equal-width bin of confidence: (answers, mean confidence, share correct); empty bins (0, nan, nan)."""
+    members: list[list[tuple[float, bool]]] = [[] for _ in range(n_bins)]
+    for confidence, correct in pairs:
+        c = min(max(float(confidence), 0.0), 1.0)
+        members[min(int(c * n_bins), n_bins - 1)].append((c, bool(correct)))
+    return [(len(m), sum(c for c, _ in m) / len(m), sum(ok for _, ok in m) / len(m)) if m else (0, math.nan, math.nan) for m in members]
+
+
+def expected_calibration_error(pairs: Iterable[tuple[float, bool]], n_bins: int = 10) -> float | None:
+    """ECE over ``n_bins`` equal-width bins: the answer-weighted mean |share correct − mean confidence|."""
+    bins = _calibration_bins(pairs, n_bins)
+    total = sum(n for n, _, _ in bins)
+    if not total:
+        return None
+    return sum(n * abs(correct - conf) for n, conf, correct in bins if n) / total
+
+
+def reliability_diagram(rows: dict[str, list[tuple[float, bool]]], ax=None, title: str = "does confidence mean what it says?", n_bins: int = 10):
+    """Predicted confidence (x, ``n_bins`` equal-width bins) against the share of those answers
+    that were correct (y), one line per configuration, with the diagonal a calibrated confidence
+    follows; point sizes and the histogram beneath say how many answers fell in each bin. ECE
+    (expected calibration error) per configuration in the legend and title.
+
+    ``rows``: ``{"plain": [(0.82, True), (0.31, False), ...], "full": [...]}``.
+    """
+    if ax is None:
+        fig = new_figure((6, 5.2))
+        ax, hist = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    else:
+        fig, hist = ax.figure, None
+    width = 1.0 / n_bins
+    centers = [(i + 0.5) * width for i in range(n_bins)]
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    eces = []
+    for k, (name, pairs) in enumerate(rows.items()):
+        pairs = list(pairs)
+        bins = _calibration_bins(pairs, n_bins)
+        filled = [(conf, correct, n) for n, conf, correct in bins if n]
+        ece = expected_calibration_error(pairs, n_bins)
+        eces.append(f"{name} {ece:.2f}" if ece is not None else f"{name} —")
+        color = matplotlib.colormaps["tab10"](k % 10)
+        label = f"{name} (n={len(pairs)}, ECE {ece:.2f})" if ece is not None else f"{name} (no answers)"
+        # x is the bin's mean confidence, so a point on the diagonal is exactly calibrated
+        ax.plot([f[0] for f in filled], [f[1] for f in filled], color=color, linewidth=1.2, label=label)
+        ax.scatter([f[0] for f in filled], [f[1] for f in filled], s=[12 + 200 * f[2] / max(len(pairs), 1) for f in filled], color=color, zorder=3)
+        if hist is not None:
+            offset = (k - (len(rows) - 1) / 2) * width / max(len(rows), 1)
+            hist.bar([c + offset for c in centers], [n for n, _, _ in bins], width=width / max(len(rows), 1), color=color, alpha=0.8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks([i * width for i in range(n_bins + 1)], minor=True)
+    ax.grid(which="minor", axis="x", color="#eeeeee")
+    ax.set_ylabel("share of answers correct")
+    ax.set_title(f"{title}\nECE: {', '.join(eces)}" if eces else title, fontsize=10)
+    ax.legend(fontsize=7.5, loc="upper left")
+    if hist is not None:
+        hist.set_ylabel("answers")
+        hist.set_xlabel("predicted confidence (10 equal-width bins)")
+    else:
+        ax.set_xlabel("predicted confidence (10 equal-width bins)")
     fig.tight_layout()
     return fig
