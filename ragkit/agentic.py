@@ -29,7 +29,7 @@ from typing import Any
 from haystack import Document, tracing
 from haystack.dataclasses import ChatMessage
 
-from ragkit.components.confidence import ConfidenceScorer
+from ragkit.components.confidence import ConfidenceScorer, is_decline
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.components.hyde import HyDEEmbedder
@@ -47,6 +47,26 @@ from ragkit.structured import answer_constraint, call_llm, parse_answer
 from ragkit.trace import RagkitTracer, Trace
 
 DIRECT_SYSTEM = "Answer briefly and helpfully."
+TOKEN_SIGNALS = ("token_p_mean", "token_p_min", "token_p_first")
+
+
+def answer_token_signals(trace: Trace) -> dict[str, float]:
+    """The final answer's token probabilities, as the answer step recorded them (the last one to run)."""
+    for step in reversed(trace.steps):
+        if step.name == "answer" and any(k in step.decision for k in TOKEN_SIGNALS):
+            return {k: float(step.decision[k]) for k in TOKEN_SIGNALS if k in step.decision}
+    return {}
+
+
+def failed_steps(trace: Trace) -> list[str]:
+    """Steps that raised, or whose LLM call failed or gave an unusable reply (each named once, in order)."""
+    return list(dict.fromkeys(s.name for s in trace.steps if s.error or s.fallbacks))
+
+
+def answer_failed(trace: Trace) -> bool:
+    """Every answer call failed (a failed correction retry that kept the first answer is not this)."""
+    answers = [s for s in trace.steps if s.name == "answer"]
+    return bool(answers) and all(s.error or s.fallbacks for s in answers)
 
 
 @dataclass
@@ -63,6 +83,9 @@ class AgenticResult:
     trace: Trace = field(default_factory=Trace)
     details: dict[str, Any] = field(default_factory=dict)  # each step's extra output (grading, routing, ...)
     seconds: float = 0.0
+    p_lacks_answer: float | None = None  # with a decline: how sure the system is that the sources lack the answer
+    failed_steps: list[str] = field(default_factory=list)  # steps whose LLM call failed or whose reply was unusable
+    failed: bool = False  # no answer could be produced: every answer call failed or gave nothing usable
 
 
 class AgenticRAG:
@@ -114,7 +137,7 @@ class AgenticRAG:
                     max_corrections=f.max_corrections if f.self_correction else 0,
                     max_tokens=self.config.models.max_new_tokens,
                 ),
-                "confidence": lambda: ConfidenceScorer(floor=f.confidence_floor),
+                "confidence": lambda: ConfidenceScorer(floor=f.confidence_floor, model=self.config.models.llm),
             }[name]()
         return self._components[name]
 
@@ -135,6 +158,10 @@ class AgenticRAG:
         with tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": name, "haystack.component.type": "Pipeline"}) as span:
             span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
             span.set_tag("ragkit.fallback", f"{name}: failed, answered without it ({type(exc).__name__})")
+
+    def _retrieve(self, query: str, depth: int, mode: str, embedding) -> dict[str, Any]:
+        found = self.retriever.retrieve(query, top_k=depth, mode=mode, query_embedding=embedding)
+        return {"documents": found.documents, "signals": found.signals}
 
     def _answer(self, question: str, documents: list[Document]) -> str:
         answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": context_messages(documents, answer_task(question))}, "ChatGenerator")
@@ -162,6 +189,10 @@ class AgenticRAG:
             if not policy["retrieve"]:
                 answer = self._step("answer", lambda messages: self._generate(messages, "answer"), {"messages": [ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user(question)]}, "ChatGenerator")
                 result.answer, result.exit_reason = (answer or NO_ANSWER), "no_retrieval"
+                result.failed_steps = failed_steps(trace)  # no sources, so no calibrated confidence: it stays None
+                result.failed = answer_failed(trace)
+                if result.failed:
+                    result.exit_reason = "answer_failed"
                 result.seconds = time.perf_counter() - started
                 return result
 
@@ -177,8 +208,9 @@ class AgenticRAG:
                     result.details["hyde"] = out["hyde"]
             mode = f.retrieval_mode if embedding is not None or f.retrieval_mode == "sparse" else "sparse"
             depth = max(f.rerank_candidates, top_k) if f.rerank else top_k
-            out = self._step("retrieve", lambda query: {"documents": self.retriever.retrieve(query, top_k=depth, mode=mode, query_embedding=embedding).documents}, {"query": question}, "HybridRetriever")
+            out = self._step("retrieve", lambda query: self._retrieve(query, depth, mode, embedding), {"query": question}, "HybridRetriever")
             documents = out["documents"] if out else []
+            signals: dict[str, float] = dict(out["signals"]) if out else {}
             if f.rerank and documents:
                 if f.rerank_backend == "bi-encoder" and not self._sentence_vectors_ready:
                     self._step("sentence_vectors", self.prepare_sentence_vectors, {}, "SentenceVectorCache")
@@ -216,10 +248,23 @@ class AgenticRAG:
             else:
                 result.answer = self._answer(question, documents)
 
-            out = self._step("confidence", self._component("confidence").run, {"documents": documents, "grades": grades, "support": support, "support_threshold": self.support_threshold if support is not None else None}, "ConfidenceScorer")
+            signals.update(answer_token_signals(trace))
+            result.failed_steps = failed_steps(trace)
+            result.failed = answer_failed(trace)
+            if result.failed:  # the answer's own call failed: say so, never "supported"
+                result.exit_reason = "answer_failed"
+            inputs = {
+                "documents": documents, "answer": result.answer, "question": question, "grades": grades, "support": support,
+                "support_threshold": self.support_threshold if support is not None else None, "signals": signals, "failed_steps": result.failed_steps,
+            }
+            out = self._step("confidence", self._component("confidence").run, inputs, "ConfidenceScorer")
+            if out is None:  # the scorer itself broke: no number is better than a made-up one
+                result.confidence, result.symbol = 0.0, "○"
             if out:
                 result.confidence, result.symbol = out["confidence"], out["symbol"]
                 result.details["confidence"] = out["components"]
+                result.p_lacks_answer = out["p_lacks_answer"]
+                result.declined = result.declined or is_decline(result.answer)
                 if out["decline"] and f.confidence_floor > 0:
                     result.declined = True
                     result.details["declined_answer"] = result.answer

@@ -47,6 +47,24 @@ def check_query(query: str) -> str:
 class RetrievalResult:
     documents: list[Document]
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds
+    signals: dict[str, float] = field(default_factory=dict)  # what the lists say about themselves (list_signals)
+
+
+def list_signals(dense: list[Document] | None, sparse: list[Document] | None, k: int = 5) -> dict[str, float]:
+    """Free confidence signals from the candidate lists: the best dense cosine and BM25 score, the
+    margin of the first over the second, and whether the two retrievers agree (same first chunk;
+    share of their top ``k`` in common). A question whose answer is in the index usually gets a
+    clear winner that both retrievers find."""
+    out: dict[str, float] = {}
+    for name, docs in (("dense", dense), ("sparse", sparse)):
+        scores = [d.score for d in docs or [] if d.score is not None]
+        if scores:
+            out[f"{name}_top"] = float(scores[0])
+            out[f"{name}_margin"] = float(scores[0] - scores[1]) if len(scores) > 1 else float(scores[0])
+    if dense and sparse:
+        out["agree_top1"] = float(dense[0].id == sparse[0].id)
+        out["overlap_top5"] = len({d.id for d in dense[:k]} & {d.id for d in sparse[:k]}) / k
+    return out
 
 
 def candidate_depth(top_k: int) -> int:
@@ -138,8 +156,10 @@ class HybridRetriever:
         t0 = time.perf_counter()
         if mode == "dense":
             docs = self.dense.run(query_embedding=query_embedding, top_k=top_k)["documents"]
+            signals = list_signals(docs, None)
         elif mode == "sparse":
             docs = self.sparse.run(query=query, top_k=top_k)["documents"]
+            signals = list_signals(None, docs)
         elif mode == "hybrid":
             # The three components are called directly rather than through Pipeline.run, which
             # deep-copies every input element by element (~15 ms a query for a 384-d embedding
@@ -148,6 +168,7 @@ class HybridRetriever:
             dense = self.dense.run(query_embedding=query_embedding, top_k=depth)["documents"]
             sparse = self.sparse.run(query=query, top_k=depth)["documents"]
             docs = self.joiner.run(documents=[dense, sparse], top_k=top_k)["documents"]
+            signals = list_signals(dense, sparse)
         else:
             raise ValueError(f"retrieval mode must be dense, sparse or hybrid, not {mode!r}")
         timings["retrieve"] = time.perf_counter() - t0
@@ -155,4 +176,4 @@ class HybridRetriever:
             t0 = time.perf_counter()
             docs = self._merge(docs)
             timings["merge"] = time.perf_counter() - t0
-        return RetrievalResult(docs, timings)
+        return RetrievalResult(docs, timings, signals)

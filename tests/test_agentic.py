@@ -119,6 +119,28 @@ def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):
     assert any("answer: llm_error" in f for f in result.trace.fallbacks)
 
 
+@pytest.mark.parametrize("features", [Features(), Features.all_on()], ids=["plain", "all_on"])
+def test_a_failed_answer_call_is_reported_never_a_confident_supported_answer(sample_index, fast_config, features):
+    """A dead LLM used to give "The documents don't say." at ● 0.92 with exit reason `supported`."""
+    script = ScriptedLLM(fail={"answer", "correct", "grade", "judge", "other"})
+    result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
+    assert result.failed and result.exit_reason == "answer_failed" and "answer" in result.failed_steps
+    assert result.symbol == "○" and result.confidence < 0.5
+    assert result.details["confidence"]["failed_steps"] == result.failed_steps
+
+
+def test_a_failed_grader_caps_confidence_and_is_named(sample_index, fast_config):
+    result = make(sample_index, fast_config, Features(grading=True), ScriptedLLM(fail={"grade"})).ask("Where was Nikola Tesla born?")
+    assert not result.failed and result.answer.startswith("Tesla")
+    assert result.failed_steps == ["grade"] and result.symbol == "○"
+
+
+def test_a_declined_answer_reports_how_sure_the_system_is_that_the_sources_lack_it(sample_index, fast_config):
+    result = make(sample_index, fast_config, Features(), ScriptedLLM(answer=NO_ANSWER)).ask("Where was Nikola Tesla born?")
+    assert result.declined and result.confidence == 0.0 and result.symbol == "○"
+    assert result.p_lacks_answer is not None and 0.0 <= result.p_lacks_answer <= 1.0
+
+
 def test_low_confidence_declines_and_lists_the_closest_sources(sample_index, fast_config):
     script = ScriptedLLM(judge=("no",), grades=[1, 1, 1, 1, 1])
     features = Features(grading=True, hallucination_check=True, confidence_floor=0.5)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
@@ -12,39 +14,67 @@ DOCS = [
 
 
 # -- confidence ----------------------------------------------------------------------------------
-def test_confidence_is_a_weighted_mean_of_the_signals_present():
-    out = ConfidenceScorer().run(documents=DOCS, grades=[8, 2], support=0.9)
-    assert out["components"] == {"retrieval": 0.9, "grading": 0.8, "support": 0.9}
-    assert out["confidence"] == pytest.approx(0.2 * 0.9 + 0.3 * 0.8 + 0.5 * 0.9)
-    assert out["symbol"] == "●" and not out["decline"]
-    only_retrieval = ConfidenceScorer().run(documents=DOCS)
-    assert only_retrieval["confidence"] == pytest.approx(0.9) and set(only_retrieval["components"]) == {"retrieval"}
+# A tiny calibration with known weights, so the arithmetic is checkable by hand.
+def one_feature_fit(name: str, coef: float, intercept: float = 0.0) -> dict:
+    return {"features": [name], "mean": [0.0], "scale": [1.0], "coef": [coef], "intercept": intercept, "n": 10}
 
 
-def test_support_is_rescaled_to_the_judges_threshold_and_a_failed_check_caps_confidence():
+CALIBRATION = {"models": {"tiny-llm": {
+    "answer": {"base": one_feature_fit("token_p_mean", 4.0, -2.0), "agentic": one_feature_fit("support", 6.0, -3.0)},
+    "lacks_answer": one_feature_fit("dense_top", -5.0, 2.0),
+}}}
+
+
+def test_confidence_is_the_calibrated_probability_of_the_signals():
+    scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
+    out = scorer.run(documents=DOCS, answer="Smiljan [2]", question="Where was Tesla born?", signals={"token_p_mean": 0.9, "dense_top": 0.8})
+    assert out["confidence"] == pytest.approx(1 / (1 + math.exp(-(4.0 * 0.9 - 2.0))))
+    assert out["components"]["calibration"] == "tiny-llm/base" and out["components"]["token_p_mean"] == 0.9
+    assert out["components"]["lexical_support"] == 1.0 and out["components"]["verbatim"] == 1.0  # "smiljan" is in a source
+    assert out["p_lacks_answer"] == pytest.approx(1 / (1 + math.exp(-(2.0 - 5.0 * 0.8))), abs=1e-4)
+    # with the judge's score present the agentic fit is used, on the rescaled score (threshold -> 0.5)
+    judged = scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.9}, support=0.39, support_threshold=0.39)
+    assert judged["components"]["calibration"] == "tiny-llm/agentic"
+    assert judged["confidence"] == pytest.approx(1 / (1 + math.exp(-(6.0 * 0.5 - 3.0))))
+
+
+def test_support_is_rescaled_to_the_judges_threshold():
     from ragkit.components.confidence import rescale_support
 
     assert rescale_support(0.39, 0.39) == 0.5 and rescale_support(0.0, 0.39) == 0.0 and rescale_support(1.0, 0.39) == 1.0
     assert rescale_support(0.2, 0.4) == pytest.approx(0.25) and rescale_support(0.7, 0.4) == pytest.approx(0.75)
-    passed = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[8], support=0.45, support_threshold=0.39)
-    assert passed["components"]["support"] > 0.5 and not passed["decline"]
-    # strong evidence, but the answer failed its check: shown as ○ at most; far below the threshold: declined
-    borderline = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[9], support=0.35, support_threshold=0.39)
-    assert borderline["symbol"] == "○" and not borderline["decline"]
-    failed = ConfidenceScorer(floor=0.35).run(documents=DOCS, grades=[9], support=0.1, support_threshold=0.39)
-    assert failed["decline"] and failed["confidence"] == pytest.approx(0.5 * 0.1 / 0.39, abs=1e-4)
 
 
-def test_low_confidence_declines_and_no_documents_is_zero():
-    assert ConfidenceScorer(floor=0.5).run(documents=DOCS, grades=[1], support=0.1)["decline"]
-    empty = ConfidenceScorer().run(documents=[])
-    assert empty["confidence"] == 0.0 and empty["symbol"] == "○" and empty["decline"]
+def test_a_decline_is_not_a_confident_answer():
+    scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
+    out = scorer.run(documents=DOCS, answer="The documents don't say.", signals={"token_p_mean": 0.99, "dense_top": 0.1})
+    assert out["confidence"] == 0.0 and out["symbol"] == "○" and not out["decline"]
+    assert out["p_lacks_answer"] > 0.8  # weak retrieval: the system is fairly sure the sources lack it
+    empty = scorer.run(documents=[], answer="The documents don't say.")
+    assert empty["confidence"] == 0.0 and empty["p_lacks_answer"] == 1.0
 
 
-def test_bm25_scores_are_squashed_and_unknown_grades_ignored():
-    docs = [Document(content="x", score=15.0)]
-    out = ConfidenceScorer().run(documents=docs, grades=[None, None])
-    assert out["components"] == {"retrieval": 0.75}
+def test_a_failed_step_can_never_raise_confidence_and_is_named():
+    scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
+    sure = {"token_p_mean": 1.0}
+    assert scorer.run(documents=DOCS, answer="Smiljan", signals=sure)["symbol"] == "●"
+    failed = scorer.run(documents=DOCS, answer="Smiljan", signals=sure, failed_steps=["grade"])
+    assert failed["symbol"] == "○" and failed["confidence"] < 0.5 and failed["components"]["failed_steps"] == ["grade"]
+
+
+def test_floor_declines_answers_below_it_only():
+    scorer = ConfidenceScorer(floor=0.3, model="tiny-llm", calibration=CALIBRATION)
+    assert scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.1})["decline"]
+    assert not scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.95})["decline"]
+
+
+def test_unknown_models_borrow_a_calibration_and_say_so_and_none_at_all_never_claims_high():
+    borrowed = ConfidenceScorer(model="my-server-model", calibration=CALIBRATION).run(documents=DOCS, answer="x", signals={"token_p_mean": 1.0})
+    assert "borrowed" in borrowed["components"]["calibration"]
+    by_name = ConfidenceScorer(model="/models/tiny-llm-q4.gguf", calibration=CALIBRATION).run(documents=DOCS, answer="x", signals={})
+    assert by_name["components"]["calibration"] == "tiny-llm/base"
+    none = ConfidenceScorer(model="x", calibration={}).run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 1.0})
+    assert none["components"]["calibration"] == "uncalibrated" and none["symbol"] == "○"
 
 
 @pytest.mark.parametrize("value, mark", [(0.71, "●"), (0.7, "◐"), (0.5, "◐"), (0.49, "○")])
@@ -53,10 +83,10 @@ def test_symbols(value, mark):
 
 
 def test_confidence_round_trip_and_validation():
-    scorer = ConfidenceScorer.from_dict(ConfidenceScorer(floor=0.4, weights={"support": 1.0}).to_dict())
-    assert scorer.floor == 0.4 and scorer.weights == {"support": 1.0}
+    scorer = ConfidenceScorer.from_dict(ConfidenceScorer(floor=0.4, model="tiny-llm", calibration=CALIBRATION).to_dict())
+    assert scorer.floor == 0.4 and scorer.model == "tiny-llm" and scorer.calibration == CALIBRATION
     with pytest.raises(ValueError):
-        ConfidenceScorer(weights={"vibes": 1.0})
+        ConfidenceScorer(floor=2.0)
 
 
 # -- reranker ------------------------------------------------------------------------------------

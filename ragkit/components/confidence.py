@@ -1,26 +1,36 @@
-"""ConfidenceScorer: one number in [0, 1] from retrieval, grading and hallucination signals.
+"""ConfidenceScorer: the estimated probability that the answer is correct, from signals that cost nothing extra.
 
-Signals (each in [0, 1], each optional):
+"Correct" means SQuAD token F1 >= 0.5 against gold answers (:data:`ragkit.calibration.DEFINITION`).
+The probability comes from a logistic regression calibrated per model on held-out questions
+(``bench/calibration.py`` → ``ragkit/data/confidence_calibration.json``; scored in
+``bench/results/calibration.json``) over these signals:
 
-* ``retrieval`` — the best retrieved chunk's score: cosine for dense, the fused RRF score for
-  hybrid (1.0 when both retrievers rank it first), BM25 squashed by s / (s + 5) for sparse;
-* ``grading`` — the best grade among kept chunks, / 10;
-* ``support`` — the hallucination check's score (lowest sentence P(supported)). Given the
-  check's ``support_threshold``, the score is first rescaled so that the threshold sits at 0.5
-  (piecewise linear: 0 → 0, threshold → 0.5, 1 → 1) — judges of different models put their
-  boundary in different places (0.39 for the 0.5B, 0.56 for the 1.5B) — and an answer that
-  failed the check is capped at that rescaled score: it never shows better than ○, and one far
-  below the threshold falls under the floor and is declined.
+* the answer's own token probabilities (llama.cpp, read while it was generated) — geometric mean,
+  minimum, first token;
+* the answer's words: length, share found in the sources, verbatim in a source, share that only
+  repeats the question;
+* retrieval: best dense cosine and BM25 score, their margins over the runner-up, whether dense and
+  sparse agree on the first chunk and how much of their top 5 they share;
+* when those steps ran: the grader's best grade (0–10) and the judge's support score.
 
-Confidence is their weighted mean over the signals present (default weights 0.2 / 0.3 / 0.5: the
-support check looks at the answer itself, the others only at the evidence). Shown as ● (> 0.7),
-◐ (0.5–0.7), ○ (< 0.5). Below ``floor`` the pipeline declines: the answer becomes "The documents
-don't say." and the closest sources are listed instead.
+Rules on top of the model:
+
+* a **decline** is not a confident answer: confidence 0 (○), and ``p_lacks_answer`` — how sure the
+  system is that the documents lack the answer (P(the right passage is not among the sources), from
+  retrieval signals) — is reported separately;
+* a **failed step** (an LLM error, a timeout, an unparseable reply) can never raise confidence: it
+  is capped under 0.5 (○) and the failed steps are named;
+* no calibration for the model: the first shipped model's fit is borrowed and ``calibration`` says so.
+
+Shown as ● (> 0.7: right more often than 7 times in 10), ◐ (0.5–0.7), ○ (< 0.5). Below ``floor``
+the pipeline declines and lists the closest sources instead.
 
 Usage::
 
-    scorer = ConfidenceScorer(floor=0.35)
-    scorer.run(documents=docs, grades=[8, 3], support=0.9)   # {"confidence": 0.84, "symbol": "●", ...}
+    scorer = ConfidenceScorer(floor=0.1, model="qwen2.5-coder-0.5b")
+    out = scorer.run(documents=docs, answer="Smiljan [1]", question="Where was Tesla born?",
+                     signals={"token_p_mean": 0.91, "dense_top": 0.62, ...})
+    out["confidence"], out["symbol"], out["components"]
 """
 
 from __future__ import annotations
@@ -29,72 +39,104 @@ from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from ragkit.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, answer_signals, model_calibration, predict
+from ragkit.prompts import NO_ANSWER
 from ragkit.trace import record
 
-DEFAULT_WEIGHTS = {"retrieval": 0.2, "grading": 0.3, "support": 0.5}
+FAILED_STEP_CAP = 0.45  # under ◐: a failed step can only lower confidence
+HIGH, MEDIUM = 0.7, 0.5
 
 
 def rescale_support(score: float, threshold: float) -> float:
-    """Map a judge score so its decision threshold lands on 0.5."""
+    """Map a judge score so its decision threshold lands on 0.5 (judges of different models put
+    their boundary in different places)."""
     if threshold <= 0.0 or threshold >= 1.0:
         return score
     return 0.5 * score / threshold if score < threshold else 0.5 + 0.5 * (score - threshold) / (1.0 - threshold)
 
 
 def symbol(confidence: float) -> str:
-    return "●" if confidence > 0.7 else ("◐" if confidence >= 0.5 else "○")
+    return "●" if confidence > HIGH else ("◐" if confidence >= MEDIUM else "○")
 
 
-def retrieval_signal(documents: list[Document]) -> float | None:
-    scores = [d.score for d in documents if d.score is not None]
-    if not scores:
-        return None
-    best = max(scores)
-    return float(best) if 0.0 <= best <= 1.0 else float(best / (best + 5.0)) if best > 0 else 0.0
+def is_decline(answer: str | None) -> bool:
+    return (answer or "").strip().lower().startswith(NO_ANSWER.lower())
+
+
+def calibrated_confidence(models: dict[str, Any], values: dict[str, float], answered: bool, failed: bool) -> tuple[float, str | None]:
+    """(P(correct), which fit gave it) under the rules above; the benchmark rescoring uses this too."""
+    agentic = "grade_max" in values or "support" in values
+    fit_name = "agentic" if agentic else "base"
+    fit = (models.get("answer") or {}).get(fit_name)
+    if not answered:
+        confidence = 0.0  # a decline claims nothing that can be right; p_lacks_answer says how sure it is
+    elif fit:
+        confidence = predict(fit, values)
+    else:  # no calibration shipped at all: never claim more than ○
+        confidence = min(values.get("lexical_support", 0.0), FAILED_STEP_CAP)
+    if failed:
+        confidence = min(confidence, FAILED_STEP_CAP)
+    return min(max(confidence, 0.0), 1.0), (fit_name if fit else None)
 
 
 @component
 class ConfidenceScorer:
-    def __init__(self, floor: float = 0.35, weights: dict[str, float] | None = None):
+    def __init__(self, floor: float = 0.0, model: str | None = None, calibration: dict[str, Any] | None = None):
         if not 0.0 <= floor <= 1.0:
             raise ValueError("floor must be in [0, 1]")
         self.floor = floor
-        self.weights = dict(weights or DEFAULT_WEIGHTS)
-        if set(self.weights) - set(DEFAULT_WEIGHTS) or any(w < 0 for w in self.weights.values()):
-            raise ValueError(f"weights must be non-negative and named from {sorted(DEFAULT_WEIGHTS)}")
+        self.model = model
+        self.calibration = calibration  # None: the file shipped with ragkit
+        self._calibrated_as, self._models = model_calibration(model, calibration)
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, floor=self.floor, weights=self.weights)
+        return default_to_dict(self, floor=self.floor, model=self.model, calibration=self.calibration)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ConfidenceScorer":
         return default_from_dict(cls, data)
 
-    @component.output_types(confidence=float, symbol=str, decline=bool, components=dict)
+    def _signals(self, documents, answer, question, grades, support, support_threshold, signals) -> dict[str, float]:
+        out = {k: float(v) for k, v in (signals or {}).items() if v is not None}
+        if answer is not None:
+            out.update(answer_signals(answer, question or "", (d.content or "" for d in documents)))
+        known_grades = [g for g in (grades or []) if g is not None]
+        if known_grades:
+            out["grade_max"] = max(known_grades)
+        if support is not None:
+            out["support"] = rescale_support(float(support), support_threshold) if support_threshold is not None else float(support)
+        return out
+
+    @component.output_types(confidence=float, symbol=str, decline=bool, components=dict, p_lacks_answer=float)
     def run(
         self,
         documents: list[Document],
+        answer: Optional[str] = None,
+        question: Optional[str] = None,
         grades: Optional[list[Optional[float]]] = None,
         support: Optional[float] = None,
         support_threshold: Optional[float] = None,
+        signals: Optional[dict[str, float]] = None,
+        failed_steps: Optional[list[str]] = None,
     ) -> dict[str, Any]:
-        signals: dict[str, float] = {}
-        retrieval = retrieval_signal(documents)
-        if retrieval is not None:
-            signals["retrieval"] = retrieval
-        known_grades = [g for g in (grades or []) if g is not None]
-        if known_grades:
-            signals["grading"] = max(known_grades) / 10.0
-        if support is not None:
-            signals["support"] = rescale_support(float(support), support_threshold) if support_threshold is not None else float(support)
-        if not documents:
-            confidence = 0.0
-        else:
-            total = sum(self.weights.get(k, 0.0) for k in signals)
-            confidence = sum(self.weights.get(k, 0.0) * v for k, v in signals.items()) / total if total else 0.0
-        if support is not None and support_threshold is not None and support < support_threshold:
-            confidence = min(confidence, signals["support"])  # a failed check caps the confidence
-        confidence = min(max(confidence, 0.0), 1.0)
-        decline = confidence < self.floor
-        record(decision={"confidence": round(confidence, 3), "decline": decline})
-        return {"confidence": confidence, "symbol": symbol(confidence), "decline": decline, "components": {k: round(v, 4) for k, v in signals.items()}}
+        values = self._signals(documents, answer, question, grades, support, support_threshold, signals)
+        models = self._models or {}
+        lacks_model = models.get("lacks_answer")
+        p_lacks = predict(lacks_model, values) if (lacks_model and documents) else (1.0 if not documents else None)
+        confidence, fit_name = calibrated_confidence(models, values, answered=bool(documents) and not is_decline(answer), failed=bool(failed_steps))
+        components: dict[str, Any] = {k: round(v, 4) for k, v in values.items() if k in AGENTIC_SIGNALS}  # raw, as the fit reads them
+        components["calibration"] = f"{self._calibrated_as}/{fit_name}" if fit_name else "uncalibrated"
+        if failed_steps:
+            components["failed_steps"] = list(failed_steps)
+        decline = bool(documents) and not is_decline(answer) and confidence < self.floor
+        record(decision={"confidence": round(confidence, 3), "decline": decline, **({"failed": ",".join(failed_steps)} if failed_steps else {})})
+        return {
+            "confidence": confidence,
+            "symbol": symbol(confidence),
+            "decline": decline,
+            "components": components,
+            "p_lacks_answer": round(p_lacks, 4) if p_lacks is not None else None,
+        }
+
+
+__all__ = ["ConfidenceScorer", "calibrated_confidence", "rescale_support", "symbol", "is_decline", "BASE_SIGNALS"]

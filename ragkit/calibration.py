@@ -1,0 +1,189 @@
+"""Confidence as a calibrated probability: the signals, the logistic model, and how it is scored.
+
+"Correct" means SQuAD token F1 >= 0.5 against the gold answers (official normalisation, citation
+marks stripped); a decline is never correct (every calibration question has its answer in the
+corpus). The confidence ragkit shows is P(correct | signals) from a logistic regression per model,
+fitted by ``bench/calibration.py`` on SQuAD-Shifts new_wiki questions and scored on SQuAD v1.1 dev
+questions it never saw; the fitted weights ship in ``ragkit/data/confidence_calibration.json``.
+
+Why hand-written: a 13-feature logistic regression with an L2 penalty is ~20 lines of Newton steps
+in numpy; scikit-learn would add a 40 MB dependency for it. ECE and ROC AUC are the standard
+definitions (10 equal-width bins; the Mann–Whitney statistic with ties counted half).
+
+Two models per LLM:
+
+* ``answer`` — P(correct), with a ``base`` fit (signals every configuration has: the answer's own
+  token probabilities, its lexical support in the sources, retrieval scores and agreement) and an
+  ``agentic`` fit that adds the grader's best grade and the judge's support score;
+* ``lacks_answer`` — P(the gold paragraph is not among the sources), from retrieval signals only:
+  how sure the system is that the documents lack the answer, shown beside a decline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ragkit.evaluation import content_words, normalize_answer, strip_citations
+
+CALIBRATION_FILE = Path(__file__).resolve().parent / "data" / "confidence_calibration.json"
+DEFINITION = "correct = SQuAD token F1 >= 0.5 against the gold answers (official normalisation, citations stripped); a decline counts as not correct"
+CORRECT_F1 = 0.5
+
+BASE_SIGNALS = (
+    "token_p_mean", "token_p_min", "token_p_first", "answer_words", "lexical_support", "verbatim", "question_overlap",
+    "dense_top", "dense_margin", "sparse_top", "sparse_margin", "agree_top1", "overlap_top5",
+)
+AGENTIC_SIGNALS = BASE_SIGNALS + ("grade_max", "support")
+RETRIEVAL_SIGNALS = ("dense_top", "dense_margin", "sparse_top", "sparse_margin", "agree_top1", "overlap_top5")
+
+
+def answer_signals(answer: str, question: str, source_texts: Iterable[str]) -> dict[str, float]:
+    """What the answer's words say: length, share of content words found in the sources, whether it
+    appears verbatim in one of them, and how much of it only repeats the question."""
+    text = strip_citations(answer)
+    words = content_words(text)
+    sources = list(source_texts)
+    context = set(content_words(" ".join(sources)))
+    asked = set(content_words(question))
+    normalized = normalize_answer(text)
+    return {
+        "answer_words": math.log1p(len(text.split())),
+        "lexical_support": (sum(w in context for w in words) / len(words)) if words else 0.0,
+        "verbatim": float(bool(normalized) and any(normalized in normalize_answer(s) for s in sources)),
+        "question_overlap": (sum(w in asked for w in words) / len(words)) if words else 1.0,
+    }
+
+
+def squash(signals: dict[str, float]) -> dict[str, float]:
+    """Put unbounded scores on a log scale (BM25 grows with query length)."""
+    out = dict(signals)
+    for key in ("sparse_top", "sparse_margin"):
+        if key in out:
+            out[key] = math.copysign(math.log1p(abs(out[key])), out[key])
+    return out
+
+
+# -- the model ----------------------------------------------------------------------------------
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iterations: int = 50) -> tuple[np.ndarray, float]:
+    """L2-penalised logistic regression by Newton's method on standardised features (intercept not penalised)."""
+    n, d = X.shape
+    A = np.hstack([X, np.ones((n, 1))])
+    w = np.zeros(d + 1)
+    penalty = np.full(d + 1, l2)
+    penalty[-1] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(A @ w, -30, 30)))
+        gradient = A.T @ (p - y) + penalty * w
+        hessian = (A * (p * (1 - p))[:, None]).T @ A + np.diag(penalty) + 1e-9 * np.eye(d + 1)
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w[:-1], float(w[-1])
+
+
+def fit_model(rows: Sequence[dict[str, float]], labels: Sequence[bool], features: Sequence[str], l2: float = 1.0) -> dict[str, Any]:
+    """A JSON-ready model: feature names, the standardisation, weights and intercept.
+    A missing signal is imputed with its calibration mean (a neutral, standardised 0)."""
+    raw = np.array([[squash(r).get(f, np.nan) for f in features] for r in rows], dtype="float64")
+    mean = np.nanmean(raw, axis=0)
+    mean = np.where(np.isnan(mean), 0.0, mean)
+    raw = np.where(np.isnan(raw), mean, raw)
+    scale = raw.std(axis=0)
+    scale = np.where(scale < 1e-6, 1.0, scale)
+    coef, intercept = fit_logistic((raw - mean) / scale, np.asarray(labels, dtype="float64"), l2=l2)
+    return {"features": list(features), "mean": mean.round(6).tolist(), "scale": scale.round(6).tolist(), "coef": coef.round(6).tolist(), "intercept": round(intercept, 6), "n": len(rows)}
+
+
+def predict(model: dict[str, Any], signals: dict[str, float]) -> float:
+    squashed = squash(signals)
+    z = model["intercept"]
+    for name, mean, scale, coef in zip(model["features"], model["mean"], model["scale"], model["coef"]):
+        value = squashed.get(name)
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            z += coef * (float(value) - mean) / scale
+    return float(1.0 / (1.0 + math.exp(-max(min(z, 30.0), -30.0))))
+
+
+# -- scoring ------------------------------------------------------------------------------------
+def expected_calibration_error(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
+    """Sum over 10 equal-width bins of (share of answers in the bin) × |mean confidence − share correct|."""
+    c = np.asarray(confidences, dtype="float64")
+    y = np.asarray(correct, dtype="float64")
+    if not c.size:
+        return float("nan")
+    which = np.minimum((c * bins).astype(int), bins - 1)
+    return float(sum(abs(c[which == b].mean() - y[which == b].mean()) * (which == b).sum() for b in range(bins) if (which == b).any()) / c.size)
+
+
+def roc_auc(confidences: Sequence[float], correct: Sequence[bool]) -> float:
+    """P(a correct answer's confidence > a wrong one's), ties counted half (NaN with one class only)."""
+    pos = [c for c, y in zip(confidences, correct) if y]
+    neg = [c for c, y in zip(confidences, correct) if not y]
+    if not pos or not neg:
+        return float("nan")
+    neg_sorted = np.sort(np.asarray(neg))
+    wins = sum(np.searchsorted(neg_sorted, p, "left") + 0.5 * (np.searchsorted(neg_sorted, p, "right") - np.searchsorted(neg_sorted, p, "left")) for p in pos)
+    return float(wins / (len(pos) * len(neg)))
+
+
+def reliability_bins(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -> list[dict[str, float]]:
+    """Per equal-width bin: its range, how many answers, their mean confidence and share correct."""
+    out = []
+    for b in range(bins):
+        low, high = b / bins, (b + 1) / bins
+        inside = [(c, y) for c, y in zip(confidences, correct) if low <= c < high or (b == bins - 1 and c == 1.0)]
+        out.append({"low": low, "high": high, "n": len(inside), "confidence": float(np.mean([c for c, _ in inside])) if inside else None, "correct": float(np.mean([y for _, y in inside])) if inside else None})
+    return out
+
+
+def score(confidences: Sequence[float], correct: Sequence[bool], high: float = 0.7) -> dict[str, Any]:
+    """The figures calibration.json reports for one configuration."""
+    high_rows = [y for c, y in zip(confidences, correct) if c > high]
+    return {
+        "n": len(confidences),
+        "ece": round(expected_calibration_error(confidences, correct), 4),
+        "auc": round(roc_auc(confidences, correct), 4),
+        "high_share_correct": round(float(np.mean(high_rows)), 4) if high_rows else None,
+        "high_n": len(high_rows),
+        "mean_confidence": round(float(np.mean(confidences)), 4) if confidences else None,
+        "share_correct": round(float(np.mean(correct)), 4) if correct else None,
+    }
+
+
+# -- the shipped calibration -------------------------------------------------------------------
+@lru_cache(maxsize=4)
+def _load(path: str) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def shipped_calibration(path: str | Path = CALIBRATION_FILE) -> dict[str, Any]:
+    """The calibration that ships with ragkit ({} when the file is missing: confidence then says it is uncalibrated)."""
+    try:
+        return _load(str(path))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def model_calibration(llm: str | None, calibration: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any] | None]:
+    """(name, models) calibrated for ``llm``: its own, else the same family's by size, else none.
+
+    A local GGUF path or a served model with a known name in it (``…qwen2.5-coder-1.5b…``) uses that
+    model's fit; an unknown model borrows the first shipped one, and says so."""
+    models = (calibration if calibration is not None else shipped_calibration()).get("models", {})
+    if not models:
+        return None, None
+    if llm in models:
+        return llm, models[llm]
+    lowered = str(llm or "").lower()
+    for name in sorted(models, key=len, reverse=True):
+        if name in lowered:
+            return name, models[name]
+    first = next(iter(models))
+    return f"{first} (borrowed: no calibration for {llm})", models[first]
