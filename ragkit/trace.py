@@ -21,7 +21,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from haystack import tracing
 from haystack.dataclasses import Document
@@ -158,11 +158,27 @@ class _Span(tracing.Span):
         return step
 
 
-class RagkitTracer(tracing.Tracer):
-    """Keeps component spans of the current thread's :meth:`collect` block as :class:`Step` s."""
+StepListener = Callable[[str, Step], None]
 
-    def __init__(self) -> None:
+
+class RagkitTracer(tracing.Tracer):
+    """Keeps component spans of the current thread's :meth:`collect` block as :class:`Step` s.
+
+    ``listener``, if set, is called as ``listener("start", step)`` when a component starts (only
+    ``name``, ``component`` and ``started`` are known then) and ``listener("end", step)`` with the
+    finished step, so a notebook can show the step now running while the question is still going."""
+
+    def __init__(self, listener: StepListener | None = None) -> None:
         self._local = threading.local()
+        self.listener = listener
+
+    def _notify(self, event: str, step: Step) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(event, step)
+        except Exception:  # a display hook must never break the question it watches
+            pass
 
     def _stack(self) -> list[_Span]:
         if not hasattr(self._local, "stack"):
@@ -174,13 +190,18 @@ class RagkitTracer(tracing.Tracer):
         span = _Span(operation_name, tags)
         stack = self._stack()
         stack.append(span)
+        collecting = getattr(self._local, "trace", None) is not None and operation_name == "haystack.component.run"
+        if collecting:
+            self._notify("start", Step(name=span.tags.get("haystack.component.name", operation_name), component=span.tags.get("haystack.component.type", ""), started=span.started))
         try:
             yield span
         finally:
             stack.pop()
             trace = getattr(self._local, "trace", None)
             if trace is not None and operation_name == "haystack.component.run":
-                trace.add(span.to_step())
+                step = trace.add(span.to_step())
+                if collecting:
+                    self._notify("end", step)
 
     def current_span(self) -> tracing.Span | None:
         stack = self._stack()
