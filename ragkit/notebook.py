@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 import statistics
+import time
 from typing import Any, Callable
 
 import ipywidgets as widgets
-from haystack import tracing
+from haystack import Document, tracing
 
 from ragkit.agentic import AgenticRAG, AgenticResult
 from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
@@ -29,6 +31,7 @@ from ragkit.features import CHOICES, Features
 from ragkit.index import RagIndex
 from ragkit.llm import build_chat_generator, reset_prompt_cache
 from ragkit import plots
+from ragkit.trace import Step, Trace
 
 # Where each Features field sits in the panel, and the range of its slider.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -45,32 +48,47 @@ RANGES: dict[str, tuple[float, float, float]] = {
     "top_k": (1, 20, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
     "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
 }
+# Short labels: each control sits under its group's title, so "backend" says enough and fits a
+# ~260 px column (the field name is the tooltip).
+LABELS: dict[str, str] = {
+    "router_backend": "backend", "hyde_passages": "passages", "retrieval_mode": "mode", "top_k": "top k",
+    "rerank_backend": "backend", "rerank_model": "model", "rerank_candidates": "candidates",
+    "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
+    "hhem_model": "HHEM model", "support_threshold": "threshold", "max_corrections": "max retries",
+    "confidence_floor": "decline <",
+}
 NOT_A_CONTROL = ("route_policy",)  # a dict per route: edit it in code or YAML
+# ipywidgets reads a Dropdown value of None as "nothing selected" (the box looks empty), so the
+# judge's per-model calibrated threshold is this sentinel in the widget and None in Features.
+CALIBRATED = "calibrated"
+DESCRIPTION_WIDTH = "88px"
+GROUP_MIN_WIDTH = "260px"
 
 
 def feature_controls(features: Features) -> dict[str, widgets.Widget]:
-    """One widget per Features field (except ``route_policy``), initialised from ``features``."""
+    """One widget per Features field (except ``route_policy``), initialised from ``features``.
+    Every control fills its grid cell (``width: 100%``), so a narrow notebook never scrolls sideways."""
     controls: dict[str, widgets.Widget] = {}
-    style = {"description_width": "initial"}
+    style = {"description_width": DESCRIPTION_WIDTH}
     for f in dataclasses.fields(Features):
         name, value = f.name, getattr(features, f.name)
         if name in NOT_A_CONTROL:
             continue
-        label = name.replace("_", " ")
+        common = {"description": LABELS.get(name, name.replace("_", " ")), "tooltip": name, "layout": widgets.Layout(width="100%", max_width="100%")}
         if isinstance(value, bool):
-            controls[name] = widgets.Checkbox(value=value, description=label, indent=False)
+            controls[name] = widgets.Checkbox(value=value, indent=False, **common)
         elif name in CHOICES:
-            controls[name] = widgets.Dropdown(options=list(CHOICES[name]), value=value, description=label, style=style)
-        elif name == "support_threshold":  # None = the judge's per-model calibrated cut
+            controls[name] = widgets.Dropdown(options=list(CHOICES[name]), value=value, style=style, **common)
+        elif name == "support_threshold":
             grid = sorted({t / 100 for t in range(5, 100, 5)} | ({value} if value is not None else set()))
-            options = [("calibrated for the model", None)] + [(f"{t:.2f}", t) for t in grid]
-            controls[name] = widgets.Dropdown(options=options, value=value, description=label, style=style)
+            options = [("calibrated for the model", CALIBRATED)] + [(f"{t:.2f}", t) for t in grid]
+            controls[name] = widgets.Dropdown(options=options, value=CALIBRATED if value is None else value, style=style, **common)
         elif name in RANGES:
             low, high, step = RANGES[name]
             cls = widgets.IntSlider if isinstance(value, int) else widgets.FloatSlider
-            controls[name] = cls(value=value, min=low, max=high, step=step, description=label, style=style, continuous_update=False)
+            controls[name] = cls(value=value, min=low, max=high, step=step, style=style, continuous_update=False, readout=True, **common)
         else:  # optional model names / paths
-            controls[name] = widgets.Text(value=value or "", description=label, placeholder="local folder or hub id", style=style)
+            controls[name] = widgets.Text(value=value or "", placeholder="local folder or hub id", style=style, **common)
     missing = {f.name for f in dataclasses.fields(Features)} - set(controls) - set(NOT_A_CONTROL)
     assert not missing, f"Features fields without a control: {missing}"
     return controls
@@ -78,75 +96,203 @@ def feature_controls(features: Features) -> dict[str, widgets.Widget]:
 
 def features_from_controls(controls: dict[str, widgets.Widget], base: Features | None = None) -> Features:
     values = {name: (w.value if not isinstance(w, widgets.Text) else (w.value.strip() or None)) for name, w in controls.items()}
+    if values.get("support_threshold") == CALIBRATED:
+        values["support_threshold"] = None
     for name in ("hhem_model",):  # required strings keep their default when the box is emptied
         if values.get(name) is None:
             values[name] = getattr(Features(), name)
     return dataclasses.replace(base or Features(), **values).validate()
 
 
+# -- tables --------------------------------------------------------------------------------------
+# A value that reads as a number ("43 ms", "0.635", "7/10", "1,204"): right-aligned, never wrapped.
+_NUMBER = re.compile(r"^[<≈]?-?[\d,]+(\.\d+)?(\s?(ms|s|min \d+ s|%|/10))?$")
+_SHORT = 24  # columns whose values are all this short never wrap ("0 → 3", "sentence_vectors")
+_CELL = "padding:3px 10px;vertical-align:top;border-bottom:1px solid #e4e4e4"
+
+
+def format_value(value: Any) -> str:
+    """A cell value as a person reads it: rounded numbers, "—" for nothing."""
+    if value is None or value == "":
+        return "—" if value is None else ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "—"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {format_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _column_style(values: list[str]) -> str:
+    filled = [v for v in values if v not in ("", "—")]
+    if filled and all(_NUMBER.match(v) for v in filled):
+        return "text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums"
+    if all(len(v) <= _SHORT for v in values):
+        return "text-align:left;white-space:nowrap"
+    return "text-align:left;white-space:normal;overflow-wrap:anywhere;word-break:break-word;min-width:8em"
+
+
+def _table(head: str, body: str) -> str:
+    # JupyterLab's own table CSS centres tables, right-aligns cells and fixes the layout: override all.
+    return (
+        "<div style='max-width:100%;overflow-x:hidden;line-height:1.35'>"
+        "<table style='border-collapse:collapse;table-layout:auto;margin:0;max-width:100%;font-size:0.92em'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+
+
 def table_html(rows: list[dict[str, Any]]) -> str:
-    """Rows of dicts as an HTML table (every value escaped: document text is data, not markup)."""
+    """Rows of dicts as an HTML table (every value escaped: document text is data, not markup).
+    Numbers are rounded and right-aligned, text left-aligned; short columns never wrap, long text
+    wraps inside the table's width instead of scrolling sideways."""
     if not rows:
         return "<i>nothing</i>"
-    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(str(k))}</th>" for k in rows[0])
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(str(v))}</td>" for v in row.values()) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    cells = [[format_value(row.get(c, "")) for c in columns] for row in rows]
+    styles = [_column_style([r[j] for r in cells]) for j in range(len(columns))]
+    head = "".join(f"<th style='{_CELL};{style};white-space:nowrap'>{html.escape(str(c))}</th>" for c, style in zip(columns, styles))
+    body = "".join("<tr>" + "".join(f"<td style='{_CELL};{style}'>{html.escape(v)}</td>" for v, style in zip(r, styles)) + "</tr>" for r in cells)
+    return _table(head, body)
+
+
+def format_grade(grade: Any) -> str:
+    """A grader's 0–10 grade as "7/10" (the grade threshold slider's scale), "—" when ungraded."""
+    if grade is None or grade == "":
+        return "—"
+    return f"{float(grade):g}/10"
+
+
+def short_id(doc_id: str | None) -> str:
+    return (doc_id or "")[:8]
 
 
 def sources_rows(result: AgenticResult) -> list[dict[str, Any]]:
-    return [
-        {
+    threshold = (result.details.get("grading") or {}).get("threshold")
+    rows = []
+    for i, d in enumerate(result.sources, 1):
+        grade = d.meta.get("grade")
+        graded = format_grade(grade)
+        if grade is not None and threshold is not None and grade < threshold:
+            graded += f" (under {threshold:g}/10: kept, grading never drops every source)"
+        rows.append({
             "#": i,
             "source": d.meta.get("source", ""),
+            "id": short_id(d.id),
             "page/section": d.meta.get("page") or d.meta.get("section") or "",
-            "score": f"{d.score:.3f}" if d.score is not None else "",
-            "grade": d.meta.get("grade", ""),
-            "text": (d.content or "")[:90].replace("\n", " ") + "…",
-        }
-        for i, d in enumerate(result.sources, 1)
-    ]
+            "score": f"{d.score:.3f}" if d.score is not None else "—",
+            "grade": graded,
+            "text": (d.content or "")[:140].replace("\n", " ") + "…",
+        })
+    return rows
+
+
+def trace_rows(trace: Trace) -> list[dict[str, Any]]:
+    """The trace as a table for people: times with units, one-time steps marked."""
+    rows = []
+    for step in trace.steps:
+        row = step.row()
+        rows.append({
+            "step": step.name + (" (one-time)" if step.name in plots.ONE_TIME_STEPS else ""),
+            "time": plots.format_seconds(step.seconds),
+            "LLM calls": step.llm_calls,
+            "prompt tokens": step.prompt_tokens,
+            "reused": step.prompt_tokens_reused,
+            "completion tokens": step.completion_tokens,
+            "docs": row["docs"],
+            "decision": row["decision"],
+            "fallbacks": row["fallbacks"],
+            "error": row["error"],
+        })
+    # columns that are empty on every step only take room
+    keep = [k for k in (rows[0] if rows else {}) if k in ("step", "time") or any(r[k] not in ("", 0) for r in rows)]
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+def confidence_text(confidence: float | None, symbol: str) -> str:
+    return f"{symbol} {confidence:.2f}" if confidence is not None else "—"
+
+
+def setup_html(setup: dict[str, float]) -> str:
+    """One-time work done before the question was timed, said apart from its latency."""
+    if not setup:
+        return ""
+    work = ", ".join(f"{name} {plots.format_seconds(seconds)}" for name, seconds in setup.items())
+    return f"<span style='color:#666'>one-time setup: {html.escape(work)} — not part of the per-question latency</span>"
 
 
 def summary_html(result: AgenticResult) -> str:
     t = result.trace
+    one_time = plots.one_time_seconds(t)
     parts = [
-        f"<b style='font-size:1.3em'>{result.symbol} {result.confidence:.2f}</b>" if result.confidence is not None else "",
-        f"route <b>{result.route}</b>" if result.route else "",
-        f"exit <b>{result.exit_reason}</b>" if result.exit_reason else "",
-        f"{result.seconds:.2f} s",
+        f"<b style='font-size:1.3em'>{html.escape(confidence_text(result.confidence, result.symbol))}</b>" if result.confidence is not None else "",
+        f"route <b>{html.escape(result.route)}</b>" if result.route else "",
+        f"exit <b>{html.escape(result.exit_reason)}</b>" if result.exit_reason else "",
+        f"{plots.format_seconds(plots.per_question_seconds(result))} per question",
         f"{t.llm_calls} LLM calls",
         f"{t.prompt_tokens_evaluated} prompt tokens evaluated ({t.prompt_tokens_reused} reused)",
         "<b>declined</b>" if result.declined else "",
         f"fallbacks: {html.escape('; '.join(t.fallbacks))}" if t.fallbacks else "",
     ]
-    return " · ".join(p for p in parts if p)
+    line = " · ".join(p for p in parts if p)
+    if one_time:  # one-time work that ran inside this question (outside the panel): said, not counted
+        line += "<br>" + setup_html(one_time)
+    return line
 
 
-def ab_compare(a: AgenticResult, b: AgenticResult) -> dict[str, Any]:
-    """What changed between two runs of the same question."""
+def _doc_rows(docs: list[Document]) -> list[dict[str, Any]]:
+    return [{"id": d.id, "source": d.meta.get("source", ""), "score": d.score, "grade": d.meta.get("grade")} for d in docs]
+
+
+def ab_compare(a: AgenticResult, b: AgenticResult, setup: tuple[dict[str, float], dict[str, float]] | None = None) -> dict[str, Any]:
+    """What changed between two runs of the same question (structured; :func:`comparison_html`
+    renders it). Latency is per question: one-time setup is in ``one_time_setup_s``, not in it."""
     ids_a = {d.id: d for d in a.sources}
     ids_b = {d.id: d for d in b.sources}
-    def describe(docs):
-        return [(d.meta.get("source", d.id), round(d.score, 3) if d.score is not None else None) for d in docs]
+    setup_a, setup_b = setup or ({}, {})
     return {
         "answer": (a.answer, b.answer),
-        "route": (a.route, b.route),
         "confidence": (a.confidence, b.confidence),
         "symbol": (a.symbol, b.symbol),
-        "latency_s": (round(a.seconds, 3), round(b.seconds, 3)),
+        "declined": (a.declined, b.declined),
+        "route": (a.route, b.route),
+        "exit_reason": (a.exit_reason, b.exit_reason),
+        "latency_s": (round(plots.per_question_seconds(a), 3), round(plots.per_question_seconds(b), 3)),
+        "one_time_setup_s": ({**setup_a, **plots.one_time_seconds(a.trace)}, {**setup_b, **plots.one_time_seconds(b.trace)}),
         "llm_calls": (a.trace.llm_calls, b.trace.llm_calls),
         "prompt_tokens_evaluated": (a.trace.prompt_tokens_evaluated, b.trace.prompt_tokens_evaluated),
-        "sources_only_a": describe([d for i, d in ids_a.items() if i not in ids_b]),
-        "sources_only_b": describe([d for i, d in ids_b.items() if i not in ids_a]),
-        "sources_both": describe([d for i, d in ids_a.items() if i in ids_b]),
+        "sources_only_a": _doc_rows([d for i, d in ids_a.items() if i not in ids_b]),
+        "sources_only_b": _doc_rows([d for i, d in ids_b.items() if i not in ids_a]),
+        "sources_both": _doc_rows([d for i, d in ids_a.items() if i in ids_b]),
         "dropped_by_grading": (
             (a.details.get("grading") or {}).get("dropped", []),
             (b.details.get("grading") or {}).get("dropped", []),
         ),
         "steps_only_a": [s.name for s in a.trace.steps if s.name not in {t.name for t in b.trace.steps}],
         "steps_only_b": [s.name for s in b.trace.steps if s.name not in {t.name for t in a.trace.steps}],
-        "exit_reason": (a.exit_reason, b.exit_reason),
     }
+
+
+def prepare_one_time(rag: AgenticRAG) -> dict[str, float]:
+    """Do ``rag``'s one-time preparation now, before a question is timed; returns what ran and its
+    seconds (nothing when it was already done in this process). Today that is the bi-encoder
+    reranker's sentence vectors (the ``sentence_vectors`` step: ~45 s on first use of an index)."""
+    f = rag.features
+    if not (f.rerank and f.rerank_backend == "bi-encoder" and hasattr(rag, "prepare_sentence_vectors")):
+        return {}
+    started = time.perf_counter()
+    try:
+        work = rag.prepare_sentence_vectors()
+    except Exception:  # ask() retries it as a traced step, where the failure is recorded and shown
+        return {}
+    seconds = time.perf_counter() - started
+    return {"sentence vectors": seconds} if (work or {}).get("embedded") or (work or {}).get("loaded") else {}
 
 
 class _Engine:
@@ -174,7 +320,11 @@ class _Engine:
 
 class ControlPanel:
     """Toggles for every feature, a model choice, a question, Run; then the answer (streamed), its
-    confidence, route, sources, the trace table and plots."""
+    confidence, route, sources, the trace table and plots.
+
+    While a question runs the previous result is cleared, Run is disabled and a status line shows
+    the step now running (from the trace as it grows). Plots are shown as PNG images rendered once
+    from figures pyplot never sees (see :mod:`ragkit.plots` for why)."""
 
     def __init__(
         self,
@@ -192,36 +342,43 @@ class ControlPanel:
         self.engine = _Engine(index, self.config, generator_factory, self._on_chunk)
         self.controls = feature_controls(self.base)
         models = list(dict.fromkeys([self.config.models.llm, DEFAULT_LLM, FAST_LLM]))
-        self.model = widgets.Dropdown(options=models, value=self.config.models.llm, description="model")
-        self.question = widgets.Textarea(value=question, placeholder="Ask about your documents…", layout=widgets.Layout(width="100%"))
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        full_width = widgets.Layout(width="100%", max_width="100%")
+        self.model = widgets.Dropdown(options=models, value=self.config.models.llm, description="model", style={"description_width": "48px"}, layout=widgets.Layout(width="320px", max_width="100%"))
+        self.question = widgets.Textarea(value=question, placeholder="Ask about your documents…", layout=full_width)
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play", layout=widgets.Layout(width="120px"))
         self.run_button.on_click(self._clicked)
-        self.answer = widgets.HTML()
-        self.summary = widgets.HTML()
-        self.sources = widgets.HTML()
-        self.trace = widgets.HTML()
-        self.figures = widgets.Output()
+        self.status = widgets.HTML(layout=full_width)
+        self.answer = widgets.HTML(layout=full_width)
+        self.summary = widgets.HTML(layout=full_width)
+        self.setup = widgets.HTML(layout=full_width)
+        self.sources = widgets.HTML(layout=full_width)
+        self.trace = widgets.HTML(layout=full_width)
+        self.images = widgets.Box(layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start", width="100%", grid_gap="8px"))
         self.plots_enabled = plots_enabled
         self.last_result: AgenticResult | None = None
         self.last_figures: list[Any] = []
         self._streaming_span = None
+        self._done: list[Step] = []
 
     # -- widgets ---------------------------------------------------------------------------------
     def feature_box(self) -> widgets.Widget:
-        boxes = [widgets.VBox([widgets.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names]) for title, names in GROUPS.items()]
-        return widgets.GridBox(boxes, layout=widgets.Layout(grid_template_columns="repeat(4, 1fr)", grid_gap="4px 16px"))
+        group_layout = widgets.Layout(min_width="0", overflow="hidden", padding="0 4px 6px 0")
+        boxes = [widgets.VBox([widgets.HTML(f"<b>{html.escape(title)}</b>")] + [self.controls[n] for n in names], layout=group_layout) for title, names in GROUPS.items()]
+        # as many >= 260 px columns as fit: 4 at 1920 px, 3 at ~900 px, 1 on a phone; never a scrollbar
+        return widgets.GridBox(boxes, layout=widgets.Layout(grid_template_columns=f"repeat(auto-fill, minmax({GROUP_MIN_WIDTH}, 1fr))", grid_gap="4px 16px", width="100%"))
 
     @property
     def widget(self) -> widgets.Widget:
         return widgets.VBox([
             self.feature_box(),
-            widgets.HBox([self.model, self.run_button]),
+            widgets.HBox([self.model, self.run_button], layout=widgets.Layout(flex_flow="row wrap", width="100%", grid_gap="8px")),
             self.question,
-            self.answer, self.summary,
+            self.status,
+            self.answer, self.summary, self.setup,
             widgets.HTML("<b>sources</b>"), self.sources,
             widgets.HTML("<b>trace</b>"), self.trace,
-            self.figures,
-        ])
+            self.images,
+        ], layout=widgets.Layout(width="100%", max_width="100%", overflow="hidden"))
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -243,6 +400,21 @@ class ControlPanel:
             self.answer.value = ""
         self.answer.value += html.escape(getattr(chunk, "content", "") or "")
 
+    def _on_step(self, event: str, step: Step) -> None:
+        """The tracer's listener: the step now running, and the ones done with their times."""
+        if event == "end":
+            self._done.append(step)
+        done = " · ".join(f"{html.escape(s.name)} {plots.format_seconds(s.seconds)}" for s in self._done)
+        running = f"running <b>{html.escape(step.name)}</b>…" if event == "start" else "…"
+        self.status.value = f"<span style='color:#555'>⏳ {running}{' · done: ' + done if done else ''}</span>"
+
+    def _clear(self) -> None:
+        self.answer.value = "<i>thinking…</i>"
+        self.summary.value = self.setup.value = self.sources.value = self.trace.value = self.status.value = ""
+        self.images.children = ()
+        self.last_result, self.last_figures = None, []
+        self._streaming_span, self._done = None, []
+
     def _clicked(self, _button) -> None:
         try:
             self.run()
@@ -251,43 +423,69 @@ class ControlPanel:
 
     def run(self, question: str | None = None) -> AgenticResult:
         question = question if question is not None else self.question.value
-        self.answer.value, self.summary.value = "<i>thinking…</i>", ""
-        self._streaming_span = None
+        self._clear()
+        self.run_button.disabled = True
+        rag = None
         try:
-            result = self.engine.rag(self.features(), self.model.value).ask(question)
-        except ValueError as exc:  # bad question or bad settings: say so in the panel
-            self.answer.value = f"<b style='color:#d1495b'>{html.escape(str(exc))}</b>"
+            rag = self.engine.rag(self.features(), self.model.value)
+            if rag.features.rerank and rag.features.rerank_backend == "bi-encoder":
+                self.status.value = "<span style='color:#555'>⏳ one-time setup: sentence vectors…</span>"
+            setup = prepare_one_time(rag)
+            self.setup.value = setup_html(setup)
+            rag.tracer.listener = self._on_step
+            result = rag.ask(question)
+        except Exception as exc:  # bad question, bad settings, a failed model: say so in the panel
+            self.answer.value = f"<b style='color:#d1495b'>{html.escape(str(exc) or type(exc).__name__)}</b>"
+            self.status.value = ""
             raise
+        finally:
+            if rag is not None:
+                rag.tracer.listener = None
+            self.run_button.disabled = False
+        self.status.value = ""
         self.show(result)
         return result
 
     def show(self, result: AgenticResult) -> None:
         self.last_result = result
-        self.answer.value = f"<div style='font-size:1.1em'>{html.escape(result.answer)}</div>"
+        answer = html.escape(result.answer)
+        if result.declined and result.details.get("declined_answer"):
+            answer += f"<div style='color:#666;font-size:0.85em'>declined; the model's answer was: {html.escape(result.details['declined_answer'])}</div>"
+        self.answer.value = f"<div style='font-size:1.1em;overflow-wrap:anywhere'>{answer}</div>"
         self.summary.value = summary_html(result)
         self.sources.value = table_html(sources_rows(result))
-        self.trace.value = table_html(result.trace.table())
+        self.trace.value = table_html(trace_rows(result.trace))
         self.last_figures = []
+        self.images.children = ()
         if self.plots_enabled:
-            self.last_figures = [plots.latency_waterfall(result.trace), plots.confidence_breakdown(result, floor=self.features().confidence_floor or None)]
-            self.figures.clear_output()
-            with self.figures:
-                for fig in self.last_figures:
-                    display_figure(fig)
+            floor = self.features().confidence_floor or None
+            self.last_figures = [plots.latency_waterfall(result.trace), plots.confidence_breakdown(result, floor=floor)]
+            # rendered once to PNG, replacing the previous run's images: nothing left for pyplot to redraw
+            self.images.children = tuple(png_image(plots.figure_png(fig)) for fig in self.last_figures)
 
     def compare(self, other: Features, question: str | None = None, model: str | None = None) -> tuple[dict[str, Any], Any]:
-        """A/B: the panel's current features (A) against ``other`` (B) on the same question."""
+        """A/B: the panel's current features (A) against ``other`` (B) on the same question. One-time
+        preparation runs before either is timed and is reported apart (``one_time_setup_s``)."""
         question = question if question is not None else self.question.value
-        a = self.engine.cold_rag(self.features(), self.model.value).ask(question)
-        b = self.engine.cold_rag(other, model or self.model.value).ask(question)
-        return ab_compare(a, b), plots.ab_figure(a, b)
+        rag_a = self.engine.cold_rag(self.features(), self.model.value)
+        setup_a = prepare_one_time(rag_a)
+        a = rag_a.ask(question)
+        rag_b = self.engine.cold_rag(other, model or self.model.value)
+        setup_b = prepare_one_time(rag_b)
+        b = rag_b.ask(question)
+        return ab_compare(a, b, (setup_a, setup_b)), plots.ab_figure(a, b)
+
+
+def png_image(png: bytes) -> widgets.Image:
+    """A PNG as an image widget that shrinks with the notebook instead of overflowing it."""
+    return widgets.Image(value=png, format="png", layout=widgets.Layout(max_width="100%", height="auto", object_fit="contain"))
 
 
 def display_figure(fig) -> None:
     try:
-        from IPython.display import display
+        from IPython.display import Image, display
 
-        display(fig)
+        display(Image(data=plots.figure_png(fig), format="png"))
     except ImportError:  # outside IPython: nothing to show on
         pass
 
@@ -299,17 +497,21 @@ def run_ablation(
     progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Every config on every question (``{"question": …, "answers": [...]}``, answers optional),
-    question-major so machine noise hits all configs alike. Returns a summary row per config."""
+    question-major so machine noise hits all configs alike. Returns a summary row per config.
+    One-time preparation runs before the first question and is reported as ``one_time_setup_s``,
+    not in the latency."""
     from tqdm.auto import tqdm
 
     rags = {name: make_rag(features) for name, features in configs.items()}
+    setup = {name: sum(prepare_one_time(rag).values()) for name, rag in rags.items()}
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     for q in tqdm(questions, desc="questions", disable=not progress):
         for name, rag in rags.items():
             r = rag.ask(q["question"])
             gold = q.get("answers")
+            setup[name] += sum(plots.one_time_seconds(r.trace).values())
             rows[name].append({
-                "seconds": r.seconds, "confidence": r.confidence or 0.0, "declined": r.declined,
+                "seconds": plots.per_question_seconds(r), "confidence": r.confidence or 0.0, "declined": r.declined,
                 "llm_calls": r.trace.llm_calls, "prompt_tokens": r.trace.prompt_tokens_evaluated,
                 "em": exact_match(r.answer, gold) if gold and not r.declined else (0.0 if gold else None),
                 "f1": f1_score(r.answer, gold) if gold and not r.declined else (0.0 if gold else None),
@@ -322,8 +524,9 @@ def run_ablation(
             "questions": len(r),
             "em": mean(x["em"] for x in r), "f1": mean(x["f1"] for x in r),
             "confidence": mean(x["confidence"] for x in r), "decline_rate": mean(float(x["declined"]) for x in r),
-            "latency_s_p50": round(statistics.median(x["seconds"] for x in r), 3),
+            "latency_s_p50": round(statistics.median(x["seconds"] for x in r), 3) if r else None,
             "llm_calls_per_q": mean(x["llm_calls"] for x in r), "prompt_tokens_per_q": mean(x["prompt_tokens"] for x in r),
+            "one_time_setup_s": round(setup[name], 3),
         }
         for name, r in rows.items()
     }
@@ -332,8 +535,8 @@ def run_ablation(
 def result_html(result: AgenticResult) -> str:
     """The answer, its summary line, sources and trace as one HTML block."""
     return (
-        f"<div style='font-size:1.1em'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
-        f"<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(result.trace.table())}"
+        f"<div style='font-size:1.1em;overflow-wrap:anywhere'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
+        f"<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(trace_rows(result.trace))}"
     )
 
 
@@ -344,6 +547,99 @@ def show(result: AgenticResult):
     return HTML(result_html(result))
 
 
+# -- the A/B table ----------------------------------------------------------------------------
+_AB_LABELS = {
+    "answer": "answer", "confidence": "confidence", "declined": "declined", "route": "route", "exit_reason": "exit",
+    "latency_s": "latency per question", "one_time_setup_s": "one-time setup (not in latency)", "llm_calls": "LLM calls",
+    "prompt_tokens_evaluated": "prompt tokens evaluated", "sources": "sources", "dropped_by_grading": "dropped by grading",
+    "steps": "steps only in this run",
+}
+_DIFFERS = "background:#fff4cc"
+
+
+def _doc_line(doc: dict[str, Any], note: str = "") -> str:
+    parts = [html.escape(str(doc.get("source") or "?")), f"<code>{html.escape(short_id(doc.get('id')))}</code>"]
+    if doc.get("score") is not None:
+        parts.append(f"score {doc['score']:.3f}")
+    if doc.get("grade") is not None:
+        parts.append(f"grade {format_grade(doc['grade'])}")
+    return " · ".join(parts) + (f" <i>{html.escape(note)}</i>" if note else "")
+
+
+def _lines(items: list[str]) -> str:
+    return "<br>".join(items) if items else "—"
+
+
+def _ab_cells(comparison: dict[str, Any], labels: tuple[str, str]) -> list[tuple[str, str, str]]:
+    """(row label, A cell html, B cell html) for a comparison from :func:`ab_compare`; any other
+    key is shown with :func:`format_value`."""
+    rows: list[tuple[str, str, str]] = []
+    symbols = comparison.get("symbol", ("", ""))
+    for key, value in comparison.items():
+        if key in ("symbol", "sources_only_a", "sources_only_b", "steps_only_b"):
+            continue  # merged into the confidence, sources and steps rows
+        label = _AB_LABELS.get(key, key.replace("_", " "))
+        if key == "confidence":
+            cells = tuple(html.escape(confidence_text(c, s)) for c, s in zip(value, symbols))
+        elif key == "latency_s":
+            cells = tuple(html.escape(plots.format_seconds(v)) for v in value)
+        elif key == "one_time_setup_s":
+            cells = tuple(html.escape(", ".join(f"{k} {plots.format_seconds(v)}" for k, v in side.items()) or "—") for side in value)
+        elif key == "dropped_by_grading":
+            cells = tuple(_lines([_doc_line(d) for d in side]) for side in value)
+        elif key == "sources_both":
+            both = [_doc_line(d) for d in value]
+            label = "sources"
+            cells = (
+                _lines(both + [_doc_line(d, f"only in {labels[0]}") for d in comparison.get("sources_only_a", [])]),
+                _lines(both + [_doc_line(d, f"only in {labels[1]}") for d in comparison.get("sources_only_b", [])]),
+            )
+        elif key == "steps_only_a":
+            label = _AB_LABELS["steps"]
+            cells = (html.escape(", ".join(value) or "—"), html.escape(", ".join(comparison.get("steps_only_b", [])) or "—"))
+        elif isinstance(value, tuple) and len(value) == 2:
+            cells = tuple(html.escape(format_value(v) if v not in ("", None) else "—") for v in value)
+        else:
+            cells = (html.escape(format_value(value) or "—"), "")
+        rows.append((label, *cells))
+    return rows
+
+
 def comparison_html(comparison: dict[str, Any], labels: tuple[str, str] = ("A", "B")) -> str:
-    rows = [{"": key, labels[0]: value[0], labels[1]: value[1]} if isinstance(value, tuple) else {"": key, labels[0]: value, labels[1]: ""} for key, value in comparison.items()]
+    """The A/B comparison from :func:`ab_compare` as a table for people: rounded numbers with
+    units, "—" for nothing, sources by name and short id, grades out of 10, and the rows where A
+    and B differ highlighted."""
+    cell = f"{_CELL};text-align:left;overflow-wrap:anywhere"
+    head = "".join(f"<th style='{cell};white-space:nowrap'>{html.escape(str(h))}</th>" for h in ("", *labels))
+    body = ""
+    for label, a, b in _ab_cells(comparison, labels):
+        differs = a != b
+        style = f"{cell};{_DIFFERS}" if differs else cell
+        body += f"<tr><th style='{style};white-space:nowrap;font-weight:600'>{html.escape(label)}</th><td style='{style}'>{a}</td><td style='{style}'>{b}</td></tr>"
+    note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'><span style='{_DIFFERS};padding:0 4px'>highlighted</span>: {html.escape(labels[0])} and {html.escape(labels[1])} differ · confidence {html.escape(plots.BANDS_CAPTION)} · grades out of 10</div>"
+    return _table(head, body) + note
+
+
+_SUMMARY_COLUMNS = (
+    ("questions", "questions", lambda v: str(v)),
+    ("f1", "F1", lambda v: f"{v:.3f}"),
+    ("em", "exact match", lambda v: f"{v:.3f}"),
+    ("confidence", "mean confidence", lambda v: f"{v:.2f}"),
+    ("decline_rate", "declined", lambda v: f"{v * 100:.0f}%"),
+    ("latency_s_p50", "latency p50", plots.format_seconds),
+    ("llm_calls_per_q", "LLM calls / question", lambda v: f"{v:.2f}"),
+    ("prompt_tokens_per_q", "prompt tokens / question", lambda v: f"{v:,.0f}"),
+    ("one_time_setup_s", "one-time setup (not in latency)", lambda v: plots.format_seconds(v) if v else "—"),
+)
+
+
+def summary_table_html(summary: dict[str, dict[str, Any]]) -> str:
+    """:func:`run_ablation`'s summary, one row per configuration, rounded and with units."""
+    rows = []
+    for name, row in summary.items():
+        cells = {"configuration": name}
+        for key, title, fmt in _SUMMARY_COLUMNS:
+            if any(key in r for r in summary.values()):
+                cells[title] = fmt(row[key]) if row.get(key) is not None else "—"
+        rows.append(cells)
     return table_html(rows)

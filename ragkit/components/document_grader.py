@@ -130,5 +130,6 @@ class DocumentGrader:
         kept = [replace(documents[i], meta={**documents[i].meta, "grade": scores[i]}) for i in range(len(documents)) if i in keep]
         dropped = [{"id": documents[i].id, "source": documents[i].meta.get("source"), "grade": scores[i]} for i in range(len(documents)) if i not in keep]
         grading.update(scores=[round(s, 2) for s in scores], dropped=dropped)
-        record(decision={"kept": len(kept), "dropped": len(dropped)})
+        # grades on the 0–10 scale of the threshold, written out so the trace cannot be read as 0–1
+        record(decision={"kept": len(kept), "dropped": len(dropped), "threshold": f"{threshold:g}/10", "grades": " ".join(f"{s:g}/10" for s in scores)})
         return {"documents": kept, "grading": grading}
