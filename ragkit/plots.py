@@ -29,7 +29,6 @@ from ragkit.trace import Trace
 
 LLM_COLOR, STEP_COLOR, ONE_TIME_COLOR = "#d1495b", "#66a182", "#b8b8b8"
 HIGH_COLOR, MID_COLOR, LOW_COLOR = "#66a182", "#edae49", "#d1495b"
-SIGNAL_ORDER = ("retrieval", "grading", "support")
 # Work done once per process or index, not per question: kept out of per-question latency.
 ONE_TIME_STEPS = ("sentence_vectors",)
 BANDS_CAPTION = "● > 0.7 likely right · ◐ 0.5–0.7 unsure · ○ < 0.5 likely wrong"
@@ -122,30 +121,69 @@ def latency_waterfall(trace: Trace, ax=None, title: str = "where the time goes")
     return fig
 
 
-def _band_labels(ax) -> None:
-    """Say what the shaded bands and symbols mean, in the margin right of the axes."""
-    for low, high, text, color in ((0.7, 1.0, "● > 0.7\nlikely right", HIGH_COLOR), (0.5, 0.7, "◐ 0.5–0.7\nunsure", MID_COLOR), (0.0, 0.5, "○ < 0.5\nlikely wrong", LOW_COLOR)):
-        ax.axhspan(low, high, color=color, alpha=0.1)
-        ax.text(1.02, (low + high) / 2, text, transform=ax.get_yaxis_transform(), va="center", ha="left", fontsize=7.5, color="#333333")
+# Confidence signals as a person reads them; each is shown on 0–1 (``SIGNAL_SCALES`` divides first).
+# Signals on another scale (answer length, raw BM25) are named under the chart instead of drawn.
+SIGNAL_LABELS = {
+    "retrieval": "retrieval", "grading": "grading", "support": "judge: answer supported",
+    "token_p_mean": "answer token p (mean)", "token_p_min": "answer token p (min)", "token_p_first": "answer token p (first)",
+    "lexical_support": "answer words in sources", "verbatim": "answer verbatim in a source", "question_overlap": "answer repeats the question",
+    "dense_top": "best dense cosine", "dense_margin": "dense margin over #2", "agree_top1": "dense & sparse agree on #1",
+    "overlap_top5": "dense & sparse top-5 overlap", "grade_max": "best grade (/10)",
+}
+SIGNAL_SCALES = {"grade_max": 10.0}
+
+
+def confidence_signals(result: Any) -> tuple[list[tuple[str, float]], list[str]]:
+    """(label, value on 0–1) for each numeric confidence signal of ``result``, and "name value" for
+    those not on a 0–1 scale."""
+    raw = (getattr(result, "details", {}) or {}).get("confidence") or {}
+    shown, other = [], []
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            continue
+        scaled = value / SIGNAL_SCALES.get(name, 1.0)
+        if 0.0 <= scaled <= 1.0:
+            shown.append((SIGNAL_LABELS.get(name, name.replace("_", " ")), float(scaled)))
+        else:
+            other.append(f"{name.replace('_', ' ')} {value:.3g}")
+    return shown, other
+
+
+def _confidence_row(ax, confidence: float) -> None:
+    """The ○ ◐ ● bands as a strip behind the confidence bar (y -0.6 to 0.6), each labelled with
+    what it means."""
+    for low, high, text, color in ((0.0, 0.5, "○ < 0.5 likely wrong", LOW_COLOR), (0.5, 0.7, "◐ 0.5–0.7", MID_COLOR), (0.7, 1.0, "● > 0.7 likely right", HIGH_COLOR)):
+        ax.barh(0, high - low, left=low, height=1.2, color=color, alpha=0.2, zorder=0)
+        ax.text((low + high) / 2, -0.3, text, ha="center", va="center", fontsize=7, color="#333333", zorder=4)
+    ax.barh(0.25, confidence, height=0.45, color="#2e4057", zorder=2)
+    ax.text(min(confidence, 1.0) + 0.01, 0.25, f"{confidence:.2f}", va="center", fontsize=8, fontweight="bold", zorder=5)
 
 
 def confidence_breakdown(result: Any, ax=None, floor: float | None = None):
-    """The signals confidence is built from, and the confidence itself, over the ● ◐ ○ bands
-    (explained beside the axes)."""
-    signals = {k: v for k, v in (result.details.get("confidence", {}) or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    names = [n for n in SIGNAL_ORDER if n in signals] + [n for n in signals if n not in SIGNAL_ORDER] + ["confidence"]
-    values = [float(signals[n]) for n in names[:-1]] + [result.confidence or 0.0]
-    fig, ax = _axes(ax, (6, 3.2))
-    _band_labels(ax)
-    ax.bar(names, values, color=[STEP_COLOR] * (len(names) - 1) + ["#2e4057"])
+    """The confidence over its ○ ◐ ● bands (each band says what it means), and beneath it the
+    signals it was computed from, each on 0–1."""
+    shown, other = confidence_signals(result)
+    confidence = result.confidence or 0.0
+    fig, ax = _axes(ax, (7, 0.3 * len(shown) + 1.9))
+    _confidence_row(ax, confidence)
+    ys = [1.3 + i for i in range(len(shown))]  # the confidence strip is taller than a signal row
+    for y, (label, value) in zip(ys, shown):
+        ax.barh(y, value, height=0.6, color=STEP_COLOR)
+        ax.text(value + 0.01, y, f"{value:.2f}", va="center", fontsize=7.5)
+    if shown:
+        ax.axhline(0.72, color="#999999", linewidth=0.8)
+    notes = []
     if floor:
-        ax.axhline(floor, color="black", linestyle="--", linewidth=1, label=f"declines below {floor:.2f}")
-        ax.legend(loc="upper left", fontsize=7.5)
-    for i, v in enumerate(values):
-        ax.text(i, min(v, 1.0) + 0.02, f"{v:.2f}", ha="center", fontsize=8)
-    ax.set_ylim(0, 1.1)
-    ax.set_ylabel("signal (0–1)")
-    ax.set_title(f"confidence {result.symbol} {result.confidence or 0:.2f}")
+        ax.axvline(floor, color="black", linestyle="--", linewidth=1)
+        notes.append(f"dashed: declines below {floor:.2f}")
+    if other:
+        notes.append(f"not drawn (not on 0–1): {', '.join(other)}")
+    ax.set_yticks([0.0] + ys, ["confidence"] + [label for label, _ in shown])
+    ax.get_yticklabels()[0].set_fontweight("bold")
+    ax.set_ylim((ys[-1] if ys else 0.0) + 0.5, -0.65)
+    ax.set_xlim(0, 1.1)
+    ax.set_xlabel("signals, each on 0–1" + ("\n" + " · ".join(notes) if notes else ""), fontsize=8)
+    ax.set_title(f"confidence {result.symbol} {confidence:.2f}: estimated chance the answer is right", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -183,16 +221,23 @@ def ab_figure(a: Any, b: Any, labels: tuple[str, str] = ("A", "B")):
     left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if excluded:
         left.set_xlabel("one-time setup not counted: " + "; ".join(excluded), fontsize=8)
-    signals = list(SIGNAL_ORDER) + ["confidence"]
-    width = 0.38
+    shown = [dict(confidence_signals(r)[0]) for r in (a, b)]
+    names = ["confidence"] + list(dict.fromkeys(label for side in shown for label in side))
+    height = 0.38
     for col, result in enumerate((a, b)):
-        values = [(result.details.get("confidence") or {}).get(n, 0.0) for n in SIGNAL_ORDER] + [result.confidence or 0.0]
-        right.bar([i + (col - 0.5) * width for i in range(len(signals))], values, width=width, label=f"{labels[col]} {result.symbol}")
-    right.set_xticks(range(len(signals)), signals)
-    right.set_ylim(0, 1.22)  # the legend sits above 1.0, over no bar
-    _band_labels(right)
-    right.set_title("confidence and its signals")
-    right.legend(fontsize=8, loc="upper center", ncol=2)
+        values = {"confidence": result.confidence or 0.0, **shown[col]}
+        present = [(i, values[n]) for i, n in enumerate(names) if n in values]  # a signal one run lacks gets no bar, not 0
+        right.barh([i + (col - 0.5) * height for i, _ in present], [v for _, v in present], height=height, label=f"{labels[col]} {result.symbol} {result.confidence or 0:.2f}")
+    for low, high, color in ((0.0, 0.5, LOW_COLOR), (0.5, 0.7, MID_COLOR), (0.7, 1.0, HIGH_COLOR)):
+        right.axvspan(low, high, ymin=1 - 1 / len(names), ymax=1, color=color, alpha=0.2, zorder=0)
+    right.set_yticks(range(len(names)), names, fontsize=8)
+    right.get_yticklabels()[0].set_fontweight("bold")
+    right.set_ylim(len(names) - 0.5, -0.5)
+    right.set_xlim(0, 1.0)
+    right.set_xlabel(BANDS_CAPTION + " (shaded behind confidence)", fontsize=7.5)
+    right.set_title("confidence and its signals (0–1)")
+    below = offset_copy(right.transAxes, fig=fig, y=-32, units="points")
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -129,10 +129,23 @@ def test_waterfall_labels_have_units_and_stay_inside_the_axes():
 
 
 def test_confidence_chart_explains_its_bands_and_symbols():
-    fig = plots.confidence_breakdown(_result(TRACE))
-    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
-    assert "● > 0.7" in texts and "◐ 0.5–0.7" in texts and "○ < 0.5" in texts and "likely right" in texts
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["retrieval", "grading", "support", "confidence"]
+    fig = plots.confidence_breakdown(_result(TRACE), floor=0.35)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert {"○ < 0.5 likely wrong", "◐ 0.5–0.7", "● > 0.7 likely right"} <= set(texts)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["confidence", "retrieval", "grading", "judge: answer supported"]
+    assert "declines below 0.35" in ax.get_xlabel() and "0.46" in ax.get_title() and "chance the answer is right" in ax.get_title()
+
+
+def test_confidence_chart_draws_only_signals_on_a_0_to_1_scale_and_names_the_rest():
+    signals = {"token_p_mean": 0.73, "answer_words": 14, "sparse_top": 4.77, "grade_max": 9.0, "agree_top1": 1.0, "calibration": "qwen/full", "failed_steps": ["grade"]}
+    fig = plots.confidence_breakdown(_result(TRACE, signals=signals))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["confidence", "answer token p (mean)", "best grade (/10)", "dense & sparse agree on #1"]
+    assert "0.90" in [t.get_text() for t in ax.texts]  # the grade, out of 10, drawn on 0–1
+    assert "answer words 14" in ax.get_xlabel() and "sparse top 4.77" in ax.get_xlabel()
+    assert all(p.get_width() <= 1.0 for p in ax.patches)
 
 
 def test_ab_figure_leaves_one_time_setup_out_of_the_latency_and_says_so():
