@@ -65,7 +65,7 @@ def test_every_features_field_has_a_control_and_round_trips():
 def test_calibrated_support_threshold_is_a_selected_option_not_an_empty_box():
     # ipywidgets treats a None value as "nothing selected": the box looked empty in the browser
     dropdown = feature_controls(Features())["support_threshold"]
-    assert dropdown.value == CALIBRATED and dropdown.index == 0 and dropdown.label == "calibrated for the model"
+    assert dropdown.value == CALIBRATED and dropdown.index == 0 and dropdown.label == "calibrated per model"
     assert features_from_controls({"support_threshold": dropdown}).support_threshold is None
     dropdown.value = 0.5
     assert features_from_controls({"support_threshold": dropdown}).support_threshold == 0.5
@@ -335,3 +335,26 @@ def test_a_bad_question_is_reported_in_the_panel_not_raised_from_the_button(pane
     panel.question.value = "   "
     panel.run_button.click()
     assert "color:#d1495b" in panel.answer.value and panel.last_result is None
+
+
+def test_loading_the_llm_is_one_time_setup_not_the_first_questions_latency(sample_index, fast_config):
+    import time
+
+    class LazyLLM(MockChatGenerator):
+        """Loads its model on warm_up, as llama.cpp does (there: seconds)."""
+
+        def __init__(self):
+            super().__init__(response_fn=lambda messages: "Smiljan [1].")
+            self._model = None
+
+        def warm_up(self):
+            if self._model is None:
+                time.sleep(0.2)
+                self._model = object()
+
+    panel = ControlPanel(index=sample_index, config=fast_config, question="Where was Nikola Tesla born?", generator_factory=lambda model, cb=None: LazyLLM(), plots_enabled=False)
+    panel.run()
+    assert "LLM load 2" in panel.setup.value and "not part of the per-question latency" in panel.setup.value
+    assert "embedding model" not in panel.setup.value  # already loaded in this process: nothing to say
+    panel.run()
+    assert panel.setup.value == ""  # loaded once: the next question has no setup
