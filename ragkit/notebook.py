@@ -476,9 +476,10 @@ class ControlPanel:
             # rendered once to PNG, replacing the previous run's images: nothing left for pyplot to redraw
             self.images.children = tuple(png_image(plots.figure_png(fig)) for fig in self.last_figures)
 
-    def compare(self, other: Features, question: str | None = None, model: str | None = None) -> tuple[dict[str, Any], Any]:
-        """A/B: the panel's current features (A) against ``other`` (B) on the same question. One-time
-        preparation runs before either is timed and is reported apart (``one_time_setup_s``)."""
+    def compare(self, other: Features, question: str | None = None, model: str | None = None, labels: tuple[str, str] = ("A", "B")) -> tuple[dict[str, Any], Any]:
+        """A/B: the panel's current features (A) against ``other`` (B) on the same question; returns
+        :func:`ab_compare`'s data (show it with :func:`comparison_html`) and :func:`plots.ab_figure`.
+        One-time preparation runs before either is timed and is reported apart (``one_time_setup_s``)."""
         question = question if question is not None else self.question.value
         rag_a = self.engine.cold_rag(self.features(), self.model.value)
         setup_a = prepare_one_time(rag_a)
@@ -486,7 +487,7 @@ class ControlPanel:
         rag_b = self.engine.cold_rag(other, model or self.model.value)
         setup_b = prepare_one_time(rag_b)
         b = rag_b.ask(question)
-        return ab_compare(a, b, (setup_a, setup_b)), plots.ab_figure(a, b)
+        return ab_compare(a, b, (setup_a, setup_b)), plots.ab_figure(a, b, labels)
 
 
 def png_image(png: bytes) -> widgets.Image:

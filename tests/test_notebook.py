@@ -259,8 +259,9 @@ def test_flipping_grading_adds_the_step_and_drops_chunks(panel):
 
 
 def test_ab_view_reports_what_changed(panel):
-    comparison, figure = panel.compare(Features(grading=True, hallucination_check=True))
+    comparison, figure = panel.compare(Features(grading=True, hallucination_check=True), labels=("plain", "checked"))
     assert comparison["llm_calls"] == (1, 3)
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["plain", "checked"]
     assert {"grade", "hallucination"} <= set(comparison["steps_only_b"]) and comparison["dropped_by_grading"][1]
     assert len(figure.axes) >= 2
     assert ab_compare(panel.last_result or panel.run(), panel.last_result)["sources_only_a"] == []
