@@ -38,8 +38,9 @@ from pathlib import Path
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
-from ragkit.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model, reliability_bins, score
-from ragkit.components.confidence import calibrated_confidence
+from ragkit.calibration import (
+    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model, read_rows, reliability_bins, rescore_row, score,
+)
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.evaluation import exact_match, f1_score
 from ragkit.experiments import index_documents, load_squad_corpus
@@ -59,12 +60,6 @@ def configs() -> dict[str, Features]:
 
 def rows_path(set_name: str, model: str) -> Path:
     return ROWS / f"{set_name}.{model}.jsonl"
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def collect(set_name: str, model: str, n: int, seed: int) -> None:
@@ -128,39 +123,42 @@ def fit(l2: float) -> dict:
     return calibration
 
 
-def rescore(row: dict, models: dict, floor: float) -> tuple[float, bool]:
-    """(confidence, correct) for a collected row under the shipped calibration and the pipeline's rules
-    (the same :func:`calibrated_confidence` the ConfidenceScorer calls)."""
-    answered = not row["declined"] and bool(row["signals"])
-    confidence, _ = calibrated_confidence(models, row["signals"], answered=answered, failed=bool(row["failed_steps"]))
-    if answered and confidence < floor:  # the pipeline declines: confidence 0, and a decline is not correct
-        return 0.0, False
-    return confidence, bool(row["correct"]) and answered
-
-
 def score_all() -> dict:
     calibration = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
     floor = Features.all_on().confidence_floor
     report = {"definition": DEFINITION, "calibrated_on": calibration["calibrated_on"],
               "scored_on": f"SQuAD v1.1 dev ({SCORE_ON}), questions seeded {SEED}, all 2,067 paragraphs indexed; none used for calibration",
-              "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
+              "scored_set": SCORE_ON, "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
     for model in MODELS:
         rows = read_rows(rows_path(SCORE_ON, model))
         if model not in calibration["models"] or not rows:
             continue
         entry = {"configs": {}, "reliability": {}}
+        pairs_by_config = {}
         for config in ("plain", "full"):
             models = calibration["models"][model]
-            pairs = [rescore(r, models, floor if config == "full" else 0.0) for r in rows if r["config"] == config]
+            pairs = [rescore_row(r, models, floor if config == "full" else 0.0) for r in rows if r["config"] == config]
             if not pairs:
                 continue
+            pairs_by_config[config] = pairs
             confidences, correct = [c for c, _ in pairs], [y for _, y in pairs]
             entry["configs"][config] = score(confidences, correct)
             entry["reliability"][config] = reliability_bins(confidences, correct)
         report["models"][model] = entry
+        draw(model, pairs_by_config)
     OUT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     OUT.with_suffix(".md").write_text(markdown_table(report), encoding="utf-8")
     return report
+
+
+def draw(model: str, pairs_by_config: dict[str, list[tuple[float, bool]]]) -> Path:
+    """The README's reliability diagram for one model (docs/images/reliability_MODEL.png)."""
+    from ragkit import plots
+
+    fig = plots.reliability_diagram(pairs_by_config, title=f"{model} on {SCORE_ON} (calibrated on {CALIBRATE_ON})")
+    path = ROOT / "docs" / "images" / f"reliability_{model.replace('qwen2.5-coder-', '')}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
 
 
 def markdown_table(report: dict) -> str:

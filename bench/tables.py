@@ -62,6 +62,9 @@ def tables() -> dict[str, str]:
         data = load(name)
         if data:
             out[name] = fn(data)
+    calibration = RESULTS / "calibration.md"
+    if calibration.exists():
+        out["calibration.json"] = calibration.read_text().strip()
     agentic = RESULTS / "agentic_squad.md"
     if agentic.exists():
         out["agentic_squad.json"] = agentic.read_text().strip()

@@ -34,6 +34,7 @@ from ragkit.evaluation import content_words, normalize_answer, strip_citations
 CALIBRATION_FILE = Path(__file__).resolve().parent / "data" / "confidence_calibration.json"
 DEFINITION = "correct = SQuAD token F1 >= 0.5 against the gold answers (official normalisation, citations stripped); a decline counts as not correct"
 CORRECT_F1 = 0.5
+FAILED_STEP_CAP = 0.45  # under ◐: a failed step can only lower confidence
 
 BASE_SIGNALS = (
     "token_p_mean", "token_p_min", "token_p_first", "answer_words", "lexical_support", "verbatim", "question_overlap",
@@ -109,6 +110,39 @@ def predict(model: dict[str, Any], signals: dict[str, float]) -> float:
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             z += coef * (float(value) - mean) / scale
     return float(1.0 / (1.0 + math.exp(-max(min(z, 30.0), -30.0))))
+
+
+def calibrated_confidence(models: dict[str, Any], values: dict[str, float], answered: bool, failed: bool) -> tuple[float, str | None]:
+    """(P(correct), which fit gave it) under the rules above; the benchmark rescoring uses this too."""
+    agentic = "grade_max" in values or "support" in values
+    fit_name = "agentic" if agentic else "base"
+    fit = (models.get("answer") or {}).get(fit_name)
+    if not answered:
+        confidence = 0.0  # a decline claims nothing that can be right; p_lacks_answer says how sure it is
+    elif fit:
+        confidence = predict(fit, values)
+    else:  # no calibration shipped at all: never claim more than ○
+        confidence = min(values.get("lexical_support", 0.0), FAILED_STEP_CAP)
+    if failed:
+        confidence = min(confidence, FAILED_STEP_CAP)
+    return min(max(confidence, 0.0), 1.0), (fit_name if fit else None)
+
+
+def rescore_row(row: dict[str, Any], models: dict[str, Any], floor: float = 0.0) -> tuple[float, bool]:
+    """(confidence, correct) for a row collected by ``bench/calibration.py``, as the pipeline would
+    show it under ``models``: the same :func:`calibrated_confidence`, and a floor decline is 0 and wrong."""
+    answered = not row["declined"] and bool(row["signals"])
+    confidence, _ = calibrated_confidence(models, row["signals"], answered=answered, failed=bool(row["failed_steps"]))
+    if answered and confidence < floor:
+        return 0.0, False
+    return confidence, bool(row["correct"]) and answered
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -187,3 +221,14 @@ def model_calibration(llm: str | None, calibration: dict[str, Any] | None = None
             return name, models[name]
     first = next(iter(models))
     return f"{first} (borrowed: no calibration for {llm})", models[first]
+
+
+def committed_pairs(results_dir: str | Path, model: str, configs: Sequence[str] = ("plain", "full")) -> dict[str, list[tuple[float, bool]]]:
+    """{config: [(confidence, correct), ...]} for a model's scored rows under ``bench/results`` (what the
+    README's reliability diagram and notebook 06 draw), rescored with the shipped calibration."""
+    results_dir = Path(results_dir)
+    summary = json.loads((results_dir / "calibration.json").read_text(encoding="utf-8"))
+    models = shipped_calibration()["models"][model]
+    rows = read_rows(results_dir / "calibration_rows" / f"{summary.get('scored_set', 'squad_dev')}.{model}.jsonl")
+    floors = {"full": summary.get("full_floor", 0.0)}
+    return {c: [rescore_row(r, models, floors.get(c, 0.0)) for r in rows if r["config"] == c] for c in configs}

@@ -16,7 +16,6 @@ formatter for Figure, or :meth:`NotebookFigure._repr_png_` where none is registe
 from __future__ import annotations
 
 import io
-import math
 from typing import Any, Iterable
 
 import matplotlib
@@ -25,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
+from ragkit.calibration import expected_calibration_error, reliability_bins
 from ragkit.trace import Trace
 
 LLM_COLOR, STEP_COLOR, ONE_TIME_COLOR = "#d1495b", "#66a182", "#b8b8b8"
@@ -348,24 +348,6 @@ def rank_shift(rows: list[dict], before: str = "rank_before", after: str = "rank
     return fig
 
 
-def _calibration_bins(pairs: Iterable[tuple[float, bool]], n_bins: int = 10) -> list[tuple[int, float, float]]:
-    """Per equal-width bin of confidence: (answers, mean confidence, share correct); empty bins (0, nan, nan)."""
-    members: list[list[tuple[float, bool]]] = [[] for _ in range(n_bins)]
-    for confidence, correct in pairs:
-        c = min(max(float(confidence), 0.0), 1.0)
-        members[min(int(c * n_bins), n_bins - 1)].append((c, bool(correct)))
-    return [(len(m), sum(c for c, _ in m) / len(m), sum(ok for _, ok in m) / len(m)) if m else (0, math.nan, math.nan) for m in members]
-
-
-def expected_calibration_error(pairs: Iterable[tuple[float, bool]], n_bins: int = 10) -> float | None:
-    """ECE over ``n_bins`` equal-width bins: the answer-weighted mean |share correct − mean confidence|."""
-    bins = _calibration_bins(pairs, n_bins)
-    total = sum(n for n, _, _ in bins)
-    if not total:
-        return None
-    return sum(n * abs(correct - conf) for n, conf, correct in bins if n) / total
-
-
 def reliability_diagram(rows: dict[str, list[tuple[float, bool]]], ax=None, title: str = "does confidence mean what it says?", n_bins: int = 10):
     """Predicted confidence (x, ``n_bins`` equal-width bins) against the share of those answers
     that were correct (y), one line per configuration, with the diagonal a calibrated confidence
@@ -385,9 +367,9 @@ def reliability_diagram(rows: dict[str, list[tuple[float, bool]]], ax=None, titl
     eces = []
     for k, (name, pairs) in enumerate(rows.items()):
         pairs = list(pairs)
-        bins = _calibration_bins(pairs, n_bins)
-        filled = [(conf, correct, n) for n, conf, correct in bins if n]
-        ece = expected_calibration_error(pairs, n_bins)
+        bins = reliability_bins([c for c, _ in pairs], [y for _, y in pairs], n_bins)
+        filled = [(b["confidence"], b["correct"], b["n"]) for b in bins if b["n"]]
+        ece = expected_calibration_error([c for c, _ in pairs], [y for _, y in pairs], n_bins) if pairs else None
         eces.append(f"{name} {ece:.2f}" if ece is not None else f"{name} —")
         color = matplotlib.colormaps["tab10"](k % 10)
         label = f"{name} (n={len(pairs)}, ECE {ece:.2f})" if ece is not None else f"{name} (no answers)"
@@ -396,7 +378,7 @@ def reliability_diagram(rows: dict[str, list[tuple[float, bool]]], ax=None, titl
         ax.scatter([f[0] for f in filled], [f[1] for f in filled], s=[12 + 200 * f[2] / max(len(pairs), 1) for f in filled], color=color, zorder=3)
         if hist is not None:
             offset = (k - (len(rows) - 1) / 2) * width / max(len(rows), 1)
-            hist.bar([c + offset for c in centers], [n for n, _, _ in bins], width=width / max(len(rows), 1), color=color, alpha=0.8)
+            hist.bar([c + offset for c in centers], [b["n"] for b in bins], width=width / max(len(rows), 1), color=color, alpha=0.8)
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xticks([i * width for i in range(n_bins + 1)], minor=True)

@@ -12,7 +12,7 @@ import pytest
 
 from ragkit.calibration import (
     AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, answer_signals, expected_calibration_error, fit_model, predict,
-    reliability_bins, roc_auc, score,
+    read_rows, reliability_bins, rescore_row, roc_auc, score,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,9 +81,9 @@ def test_committed_calibration_scores_are_reproduced_from_the_rows():
         sys.path.pop(0)
     shipped = json.loads(CALIBRATION_FILE.read_text())
     for model, entry in committed["models"].items():
-        rows = bench_calibration.read_rows(bench_calibration.rows_path(bench_calibration.SCORE_ON, model))
+        rows = read_rows(bench_calibration.rows_path(bench_calibration.SCORE_ON, model))
         for config, figures in entry["configs"].items():
             floor = committed["full_floor"] if config == "full" else 0.0
-            pairs = [bench_calibration.rescore(r, shipped["models"][model], floor) for r in rows if r["config"] == config]
+            pairs = [rescore_row(r, shipped["models"][model], floor) for r in rows if r["config"] == config]
             again = score([c for c, _ in pairs], [y for _, y in pairs])
             assert again["n"] == figures["n"] and again["ece"] == pytest.approx(figures["ece"]) and again["auc"] == pytest.approx(figures["auc"])

@@ -39,11 +39,10 @@ from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, answer_signals, model_calibration, predict
+from ragkit.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
 from ragkit.prompts import NO_ANSWER
 from ragkit.trace import record
 
-FAILED_STEP_CAP = 0.45  # under ◐: a failed step can only lower confidence
 HIGH, MEDIUM = 0.7, 0.5
 
 
@@ -61,22 +60,6 @@ def symbol(confidence: float) -> str:
 
 def is_decline(answer: str | None) -> bool:
     return (answer or "").strip().lower().startswith(NO_ANSWER.lower())
-
-
-def calibrated_confidence(models: dict[str, Any], values: dict[str, float], answered: bool, failed: bool) -> tuple[float, str | None]:
-    """(P(correct), which fit gave it) under the rules above; the benchmark rescoring uses this too."""
-    agentic = "grade_max" in values or "support" in values
-    fit_name = "agentic" if agentic else "base"
-    fit = (models.get("answer") or {}).get(fit_name)
-    if not answered:
-        confidence = 0.0  # a decline claims nothing that can be right; p_lacks_answer says how sure it is
-    elif fit:
-        confidence = predict(fit, values)
-    else:  # no calibration shipped at all: never claim more than ○
-        confidence = min(values.get("lexical_support", 0.0), FAILED_STEP_CAP)
-    if failed:
-        confidence = min(confidence, FAILED_STEP_CAP)
-    return min(max(confidence, 0.0), 1.0), (fit_name if fit else None)
 
 
 @component
@@ -139,4 +122,4 @@ class ConfidenceScorer:
         }
 
 
-__all__ = ["ConfidenceScorer", "calibrated_confidence", "rescale_support", "symbol", "is_decline", "BASE_SIGNALS"]
+__all__ = ["ConfidenceScorer", "calibrated_confidence", "rescale_support", "symbol", "is_decline", "BASE_SIGNALS", "FAILED_STEP_CAP"]
