@@ -253,17 +253,23 @@ def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "
         return fig
     for _, x, y in points:
         ax.scatter(x, y, s=40)
+    ax.margins(x=0.15, y=0.18)  # room inside the frame for the labels of the outermost points
     fig.tight_layout()
     # configs that do the same work land on the same spot: try label positions around each point and keep
     # the first that overlaps no label already placed, instead of printing names over each other
     renderer = fig.canvas.get_renderer()
     candidates = [(4, 4, "left"), (4, -10, "left"), (-4, 4, "right"), (-4, -10, "right"), (4, 15, "left"), (4, -21, "left"), (-4, 15, "right"), (-4, -21, "right")]
+    frame = ax.get_window_extent(renderer)
+
+    def inside(box) -> bool:  # a label on the axis frame is hard to read
+        return box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1
+
     taken = []
     for name, x, y in sorted(points, key=lambda p: (p[1], -p[2])):
         for dx, dy, ha in candidates:
             label = ax.annotate(name, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, fontsize=8)
             box = label.get_window_extent(renderer)
-            if not any(box.overlaps(other) for other in taken):
+            if inside(box) and not any(box.overlaps(other) for other in taken):
                 break
             label.remove()
         else:  # nowhere free: the default spot, overlapping

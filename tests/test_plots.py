@@ -29,6 +29,22 @@ def test_scatter_labels_of_configs_on_the_same_spot_do_not_overlap():
     assert labels["plain_top1"].xyann == (4, 4)  # a point with room keeps the default spot
 
 
+def test_scatter_labels_stay_inside_the_axis_frame():
+    # the notebook 07 ablation's shape: the fastest config and the best one sit at the data's edges
+    summary = {
+        "plain": {"latency_s_p50": 3.1, "f1": 0.1349}, "rerank": {"latency_s_p50": 3.2, "f1": 0.1349},
+        "check+correct": {"latency_s_p50": 3.9, "f1": 0.1349}, "grading": {"latency_s_p50": 4.4, "f1": 0.21},
+        "all on": {"latency_s_p50": 5.6, "f1": 0.25},
+    }
+    for rows in (summary, {"plain": {"latency_s_p50": 2.0, "f1": 0.0}, "all on": {"latency_s_p50": 4.0, "f1": 0.3}}):
+        fig = quality_latency_scatter(rows)
+        renderer = fig.canvas.get_renderer()
+        frame = fig.axes[0].get_window_extent(renderer)
+        for name, label in _labels(fig).items():
+            box = label.get_window_extent(renderer)
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, name
+
+
 def test_scatter_skips_rows_without_the_measure_and_draws_an_empty_axis_for_none():
     labels = _labels(quality_latency_scatter({"a": {"latency_s_p50": 1.0, "f1": 0.5}, "b": {"latency_s_p50": 2.0}}))
     assert set(labels) == {"a"}
