@@ -13,6 +13,7 @@ question set, runs them in one process, and returns plain rows (lists of dicts) 
 * Reranking and grading: :func:`rerank_and_grade`.
 * Hallucination: :func:`judge_items` (supported / contradicted / unsupported answers built from
   SQuAD), :func:`judge_scores`.
+* A small live ablation that separates its configurations: :func:`differing_questions`.
 
 Rank-based retrieval metrics are a few lines over ragkit's own retrievers and need the gold
 paragraph id per question, which Haystack's evaluators (document MRR/recall over ``Document``
@@ -348,3 +349,43 @@ def balanced_accuracy(rows: list[dict], threshold: float) -> float:
     if not pos or not neg:
         raise ValueError("balanced accuracy needs scored supported and unsupported items")
     return (sum(s >= threshold for s in pos) / len(pos) + sum(s < threshold for s in neg) / len(neg)) / 2
+
+
+# -- a live set where configurations differ --------------------------------------------------------
+def differing_questions(
+    answers_path: str | Path,
+    questions: list[dict],
+    documents: dict[str, str] | None = None,
+    a: str = "plain",
+    b: str = "full",
+    min_gap: float = 0.1,
+    n: int = 6,
+    seed: int = 0,
+) -> list[dict]:
+    """Questions for a small live ablation, by a fixed rule: those in a committed benchmark's
+    per-answer rows (``bench/results/agentic_squad.answers.jsonl``: ``config``, ``id``, ``f1``)
+    where configurations ``a`` and ``b`` got F1 at least ``min_gap`` apart, and — when
+    ``documents`` (``{title: text}``) is given — whose gold answer is in their article's text, so an
+    index of those documents holds it. A seeded sample of ``n`` (sorted by id first, so the draw
+    does not depend on file order), each with ``committed_f1 = {a: …, b: …}``.
+
+    Twelve random questions mostly give every configuration the same F1 (0 on the ones none can
+    answer); these are the questions where the committed run says the features matter."""
+    f1: dict[tuple[str, str], float] = {}
+    for line in Path(answers_path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row.get("config") in (a, b):
+                f1[(row["config"], row["id"])] = float(row.get("f1") or 0.0)
+    picked = []
+    for q in sorted(questions, key=lambda q: q["id"]):
+        if (a, q["id"]) not in f1 or (b, q["id"]) not in f1:
+            continue
+        if abs(f1[(a, q["id"])] - f1[(b, q["id"])]) < min_gap:
+            continue
+        if documents is not None and not any(ans in documents.get(q.get("title", ""), "") for ans in q["answers"]):
+            continue
+        picked.append({**q, "committed_f1": {a: f1[(a, q["id"])], b: f1[(b, q["id"])]}})
+    if len(picked) > n:
+        picked = random.Random(seed).sample(picked, n)
+    return picked

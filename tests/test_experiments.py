@@ -14,7 +14,7 @@ from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
 from ragkit.config import ModelConfig
 from ragkit.experiments import (
-    balanced_accuracy, gold_rank, grading_summary, hyde_ranks, index_documents, judge_items, judge_scores,
+    balanced_accuracy, differing_questions, gold_rank, grading_summary, hyde_ranks, index_documents, judge_items, judge_scores,
     load_labelled_routes, load_squad_corpus, recall_table, rerank_and_grade, retrieval_ranks, router_accuracy, wins,
 )
 from ragkit.retrieval import HybridRetriever
@@ -159,3 +159,19 @@ def test_judge_scores_and_balanced_accuracy():
     assert balanced_accuracy(rows, 0.5) == 1.0 and balanced_accuracy(rows, 0.95) == 0.5
     with pytest.raises(ValueError):
         balanced_accuracy(rows[:1], 0.5)
+
+
+def test_differing_questions_keeps_those_the_committed_run_separates(tmp_path):
+    answers = tmp_path / "answers.jsonl"
+    rows = [("plain", "q1", 0.0), ("full", "q1", 1.0), ("plain", "q2", 0.5), ("full", "q2", 0.5),
+            ("plain", "q3", 0.6), ("full", "q3", 0.0), ("plain", "q4", 0.0), ("full", "q4", 0.9), ("grading", "q5", 1.0)]
+    answers.write_text("\n".join(json.dumps({"config": c, "id": i, "f1": f}) for c, i, f in rows) + "\n")
+    questions = [{"id": f"q{k}", "question": f"question {k}?", "answers": ["Smiljan"], "title": "Tesla"} for k in range(1, 6)]
+    questions[3]["answers"] = ["Basel"]  # q4: its answer is not in the article below
+    picked = differing_questions(answers, questions, n=10)
+    assert [q["id"] for q in picked] == ["q1", "q3", "q4"]  # q2 same F1, q5 not run by both
+    assert picked[0]["committed_f1"] == {"plain": 0.0, "full": 1.0}
+    in_docs = differing_questions(answers, questions, documents={"Tesla": "Tesla was born in Smiljan."}, n=10)
+    assert [q["id"] for q in in_docs] == ["q1", "q3"]
+    two = differing_questions(answers, list(reversed(questions)), n=2, seed=0)
+    assert len(two) == 2 and two == differing_questions(answers, questions, n=2, seed=0)  # seeded, order-free
