@@ -57,3 +57,17 @@ def test_the_first_token_mask_keeps_a_citation_mark_out_of_an_answer(local_llm):
     constrained = local_llm.run(messages=messages, generation_kwargs=kwargs)["replies"][0].text
     assert free.startswith("[1]")  # the test only means something if the model would have emitted it
     assert constrained.strip() and not constrained.lstrip().startswith("[")
+
+
+def test_a_streamed_answer_reports_its_tokens_and_their_probabilities(sample_index, fast_config):
+    """Streaming (the notebook panel) used to report 0 prompt and 0 completion tokens for the answer step."""
+    from ragkit.llm import build_chat_generator
+
+    chunks = []
+    streaming = build_chat_generator(fast_config.models, streaming_callback=chunks.append)
+    result = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=streaming).ask("Where was Nikola Tesla born?")
+    answer = result.trace.step("answer")
+    assert chunks and answer.prompt_tokens > 100 and answer.completion_tokens > 0
+    assert abs(answer.completion_tokens - len(chunks)) <= 2  # one streamed chunk per generated token
+    assert 0 < answer.decision["token_p_mean"] <= 1 and answer.decision["token_p_min"] <= answer.decision["token_p_mean"]
+    assert result.details["confidence"]["token_p_mean"] == answer.decision["token_p_mean"]
