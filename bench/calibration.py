@@ -39,7 +39,7 @@ from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
 from ragkit.calibration import (
-    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model, read_rows, reliability_bins, rescore_row, score,
+    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins, rescore_row, score,
 )
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.evaluation import exact_match, f1_score
@@ -99,9 +99,9 @@ def collect(set_name: str, model: str, n: int, seed: int) -> None:
                 out.flush()
 
 
-def fit(l2: float) -> dict:
+def fit() -> dict:
     calibration = {"definition": DEFINITION, "calibrated_on": f"SQuAD-Shifts new_wiki ({CALIBRATE_ON}), questions seeded {SEED}, all its paragraphs indexed",
-                   "command": "python bench/calibration.py fit", "l2": l2, "models": {}}
+                   "command": "python bench/calibration.py fit", "models": {}}
     for model in MODELS:
         rows = read_rows(rows_path(CALIBRATE_ON, model))
         plain = [r for r in rows if r["config"] == "plain" and not r["declined"]]
@@ -112,10 +112,10 @@ def fit(l2: float) -> dict:
         everything = [r for r in rows if r["signals"]]
         calibration["models"][model] = {
             "answer": {
-                "base": fit_model([r["signals"] for r in plain], [r["correct"] for r in plain], BASE_SIGNALS, l2),
-                "agentic": fit_model([r["signals"] for r in full], [r["correct"] for r in full], AGENTIC_SIGNALS, l2),
+                "base": fit_model_cv([r["signals"] for r in plain], [r["correct"] for r in plain], BASE_SIGNALS),
+                "agentic": fit_model_cv([r["signals"] for r in full], [r["correct"] for r in full], AGENTIC_SIGNALS),
             },
-            "lacks_answer": fit_model([r["signals"] for r in everything], [not r["gold_in_sources"] for r in everything], RETRIEVAL_SIGNALS, l2),
+            "lacks_answer": fit_model_cv([r["signals"] for r in everything], [not r["gold_in_sources"] for r in everything], RETRIEVAL_SIGNALS),
             "rows": {"plain": len(plain), "full": len(full)},
         }
     CALIBRATION_FILE.parent.mkdir(parents=True, exist_ok=True)
@@ -178,15 +178,14 @@ def main() -> int:
     c.add_argument("--model", default=MODELS[0])
     c.add_argument("--questions", type=int, default=200)
     c.add_argument("--seed", type=int, default=SEED)
-    f = sub.add_parser("fit")
-    f.add_argument("--l2", type=float, default=1.0)
+    sub.add_parser("fit")
     sub.add_parser("score")
     args = parser.parse_args()
     t0 = time.time()
     if args.command == "collect":
         collect(args.set, args.model, args.questions, args.seed)
     elif args.command == "fit":
-        print(json.dumps({m: v["rows"] for m, v in fit(args.l2)["models"].items()}), file=sys.stderr)
+        print(json.dumps({m: v["rows"] for m, v in fit()["models"].items()}), file=sys.stderr)
     else:
         print(markdown_table(score_all()))
     print(f"{args.command}: {time.time() - t0:.0f} s", file=sys.stderr)
