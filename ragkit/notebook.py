@@ -219,6 +219,22 @@ def confidence_text(confidence: float | None, symbol: str) -> str:
     return f"{symbol} {confidence:.2f}" if confidence is not None else "—"
 
 
+def result_sentence(result: AgenticResult) -> str:
+    """A result in one line, for a notebook's closing summary: per-question time (one-time setup
+    left out), LLM calls, and the confidence with its symbol — or, for a decline, confidence 0 and
+    how sure the system is that the sources lack the answer; failed steps named."""
+    calls = result.trace.llm_calls
+    work = f"{plots.format_seconds(plots.per_question_seconds(result))} with {calls} LLM call{'' if calls == 1 else 's'}"
+    if result.declined:
+        lacks = f", P(sources lack the answer) {result.p_lacks_answer:.2f}" if result.p_lacks_answer is not None else ""
+        text = f"declined in {work} (confidence 0{lacks})"
+    else:
+        text = f"answered in {work} at {confidence_text(result.confidence or 0.0, result.symbol)}"
+    if result.failed_steps:
+        text += f" (failed: {', '.join(result.failed_steps)})"
+    return text
+
+
 def setup_html(setup: dict[str, float]) -> str:
     """One-time work done before the question was timed, said apart from its latency."""
     if not setup:

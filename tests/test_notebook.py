@@ -22,6 +22,7 @@ from ragkit.notebook import (
     comparison_html,
     feature_controls,
     features_from_controls,
+    result_sentence,
     run_ablation,
     summary_table_html,
     table_html,
@@ -359,3 +360,17 @@ def test_loading_the_llm_is_one_time_setup_not_the_first_questions_latency(sampl
     assert "embedding model" not in panel.setup.value  # already loaded in this process: nothing to say
     panel.run()
     assert panel.setup.value == ""  # loaded once: the next question has no setup
+
+
+def test_result_sentence_says_time_calls_and_confidence_or_the_decline():
+    from ragkit.agentic import AgenticResult
+    from ragkit.trace import Step, Trace
+
+    trace = Trace()
+    trace.add(Step(name="sentence_vectors", started=0.0, seconds=40.0))  # one-time: not in the time
+    trace.add(Step(name="answer", started=40.0, seconds=3.1, llm_calls=1))
+    answered = AgenticResult(question="q", answer="Smiljan", sources=[], confidence=0.62, symbol="◐", trace=trace, seconds=43.1)
+    assert result_sentence(answered) == "answered in 3.1 s with 1 LLM call at ◐ 0.62"
+    declined = AgenticResult(question="q", answer="The documents don't say.", sources=[], confidence=0.0, symbol="○",
+                             declined=True, p_lacks_answer=0.71, trace=trace, seconds=43.1, failed_steps=["grade"])
+    assert result_sentence(declined) == "declined in 3.1 s with 1 LLM call (confidence 0, P(sources lack the answer) 0.71) (failed: grade)"
