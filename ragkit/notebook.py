@@ -246,14 +246,21 @@ def setup_html(setup: dict[str, float]) -> str:
 def summary_html(result: AgenticResult) -> str:
     t = result.trace
     one_time = plots.one_time_seconds(t)
+    if result.declined:  # a decline is not a confident answer: say how sure the system is the sources lack it
+        lacks = f" · sources lack the answer: {result.p_lacks_answer:.0%} sure" if result.p_lacks_answer is not None else ""
+        headline = f"<b style='font-size:1.3em'>declined</b>{lacks}"
+    elif result.confidence is not None:
+        headline = f"<b style='font-size:1.3em'>{html.escape(confidence_text(result.confidence, result.symbol))}</b> chance the answer is right"
+    else:
+        headline = "no confidence (answered without sources)"
     parts = [
-        f"<b style='font-size:1.3em'>{html.escape(confidence_text(result.confidence, result.symbol))}</b>" if result.confidence is not None else "",
+        headline,
+        f"<b style='color:#d1495b'>failed: {html.escape(', '.join(result.failed_steps))}</b>" if result.failed_steps else "",
         f"route <b>{html.escape(result.route)}</b>" if result.route else "",
         f"exit <b>{html.escape(result.exit_reason)}</b>" if result.exit_reason else "",
         f"{plots.format_seconds(plots.per_question_seconds(result))} per question",
         f"{t.llm_calls} LLM calls",
         f"{t.prompt_tokens_evaluated} prompt tokens evaluated ({t.prompt_tokens_reused} reused)",
-        "<b>declined</b>" if result.declined else "",
         f"fallbacks: {html.escape('; '.join(t.fallbacks))}" if t.fallbacks else "",
     ]
     line = " · ".join(p for p in parts if p)

@@ -374,3 +374,14 @@ def test_result_sentence_says_time_calls_and_confidence_or_the_decline():
     declined = AgenticResult(question="q", answer="The documents don't say.", sources=[], confidence=0.0, symbol="○",
                              declined=True, p_lacks_answer=0.71, trace=trace, seconds=43.1, failed_steps=["grade"])
     assert result_sentence(declined) == "declined in 3.1 s with 1 LLM call (confidence 0, P(sources lack the answer) 0.71) (failed: grade)"
+
+
+def test_summary_shows_a_decline_as_a_decline_and_names_failed_steps():
+    from ragkit.agentic import AgenticResult
+    from ragkit.notebook import summary_html
+
+    declined = AgenticResult(question="q", answer="The documents don't say.", sources=[], confidence=0.0, symbol="○", declined=True, p_lacks_answer=0.71)
+    line = summary_html(declined)
+    assert "declined" in line and "71% sure" in line and "○ 0.00" not in line
+    failed = AgenticResult(question="q", answer="x", sources=[], confidence=0.3, symbol="○", failed_steps=["grade", "hallucination"])
+    assert "failed: grade, hallucination" in summary_html(failed) and "○ 0.30" in summary_html(failed)
