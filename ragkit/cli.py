@@ -60,13 +60,17 @@ def cmd_ask_agentic(args, console) -> int:
         print(json.dumps({
             "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
             "route": result.route, "exit_reason": result.exit_reason, "declined": result.declined, "corrections": result.corrections,
+            "p_lacks_answer": result.p_lacks_answer, "failed": result.failed, "failed_steps": result.failed_steps,
             "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
             "seconds": result.seconds, "trace": trace.table(),
         }, indent=1, default=str))
         return 0
     console.print(f"[bold]Q:[/] {result.question}")
     console.print(f"[bold green]A:[/] {result.answer}")
-    facts = [f"{result.symbol} {result.confidence:.2f}" if result.confidence is not None else "", f"route {result.route}" if result.route else "",
+    sureness = (f"declined (sources lack the answer: {result.p_lacks_answer:.0%} sure)" if result.p_lacks_answer is not None else "declined") if result.declined else (
+        f"{result.symbol} {result.confidence:.2f} chance the answer is right" if result.confidence is not None else "")
+    failed = f"failed: {', '.join(result.failed_steps)}" if result.failed_steps else ""
+    facts = [sureness, failed, f"route {result.route}" if result.route else "",
              f"exit {result.exit_reason}" if result.exit_reason else "", f"{result.seconds:.2f} s", f"{trace.llm_calls} LLM calls",
              f"{trace.prompt_tokens_evaluated} prompt tokens evaluated, {trace.prompt_tokens_reused} reused"]
     console.print(" · ".join(f for f in facts if f))
