@@ -118,9 +118,30 @@ def fit() -> dict:
             "lacks_answer": fit_model_cv([r["signals"] for r in everything], [not r["gold_in_sources"] for r in everything], RETRIEVAL_SIGNALS),
             "rows": {"plain": len(plain), "full": len(full)},
         }
+        calibration["models"][model]["floor_analysis"] = floor_analysis([r for r in rows if r["config"] == "full"], calibration["models"][model])
     CALIBRATION_FILE.parent.mkdir(parents=True, exist_ok=True)
     CALIBRATION_FILE.write_text(json.dumps(calibration, indent=1) + "\n", encoding="utf-8")
     return calibration
+
+
+FLOOR_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35)
+
+
+def floor_analysis(rows: list[dict], models: dict) -> list[dict]:
+    """What each decline floor would do to ``full`` on the calibration set: answers declined, mean F1
+    (a decline scores 0) and the share of the remaining answers that are right — the basis on which
+    ``Features.all_on()``'s floor is chosen, on calibration data only."""
+    out = []
+    for floor in FLOOR_GRID:
+        kept = [(r, rescore_row(r, models, floor)) for r in rows]
+        answered = [(r, c) for r, (c, _) in kept if c > 0]
+        out.append({
+            "floor": floor,
+            "declined": round(1 - len(answered) / len(rows), 4) if rows else None,
+            "f1": round(sum(r["f1"] for r, _ in answered) / len(rows), 4) if rows else None,
+            "answered_correct": round(sum(r["correct"] for r, _ in answered) / len(answered), 4) if answered else None,
+        })
+    return out
 
 
 def score_all() -> dict:
