@@ -29,7 +29,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ragkit.evaluation import content_words, normalize_answer, strip_citations
+from haystack import Document
+
+from ragkit.evaluation import content_words, lexical_support, normalize_answer, strip_citations
 
 CALIBRATION_FILE = Path(__file__).resolve().parent / "data" / "confidence_calibration.json"
 DEFINITION = "correct = SQuAD token F1 >= 0.5 against the gold answers (official normalisation, citations stripped); a decline counts as not correct"
@@ -50,12 +52,11 @@ def answer_signals(answer: str, question: str, source_texts: Iterable[str]) -> d
     text = strip_citations(answer)
     words = content_words(text)
     sources = list(source_texts)
-    context = set(content_words(" ".join(sources)))
     asked = set(content_words(question))
     normalized = normalize_answer(text)
     return {
         "answer_words": math.log1p(len(text.split())),
-        "lexical_support": (sum(w in context for w in words) / len(words)) if words else 0.0,
+        "lexical_support": lexical_support(text, [Document(content=s) for s in sources]) or 0.0,
         "verbatim": float(bool(normalized) and any(normalized in normalize_answer(s) for s in sources)),
         "question_overlap": (sum(w in asked for w in words) / len(words)) if words else 1.0,
     }
