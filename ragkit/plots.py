@@ -16,7 +16,7 @@ formatter for Figure, or :meth:`NotebookFigure._repr_png_` where none is registe
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable
+from typing import Any
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,12 +25,11 @@ from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
 from ragkit.calibration import expected_calibration_error, reliability_bins
-from ragkit.trace import Trace
+from ragkit.trace import ONE_TIME_STEPS, Trace, one_time_seconds, per_question_seconds  # noqa: F401  (re-exported)
 
 LLM_COLOR, STEP_COLOR, ONE_TIME_COLOR = "#d1495b", "#66a182", "#b8b8b8"
 HIGH_COLOR, MID_COLOR, LOW_COLOR = "#66a182", "#edae49", "#d1495b"
 # Work done once per process or index, not per question: kept out of per-question latency.
-ONE_TIME_STEPS = ("sentence_vectors",)
 BANDS_CAPTION = "● > 0.7 likely right · ◐ 0.5–0.7 unsure · ○ < 0.5 likely wrong"
 
 
@@ -66,20 +65,6 @@ def format_seconds(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest} s"
-
-
-def one_time_seconds(trace: Trace) -> dict[str, float]:
-    """Seconds spent in one-time preparation steps (e.g. ``sentence_vectors``) during this question."""
-    spent: dict[str, float] = {}
-    for step in trace.steps:
-        if step.name in ONE_TIME_STEPS:
-            spent[step.name] = spent.get(step.name, 0.0) + step.seconds
-    return spent
-
-
-def per_question_seconds(result: Any) -> float:
-    """The result's wall time without one-time preparation that happened to run inside it."""
-    return max(result.seconds - sum(one_time_seconds(result.trace).values()), 0.0)
 
 
 def _axes(ax, figsize=(7, 3)):

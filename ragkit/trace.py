@@ -27,6 +27,7 @@ from haystack import tracing
 from haystack.dataclasses import Document
 
 _PREFIX = "ragkit."
+ONE_TIME_STEPS = ("sentence_vectors",)  # one-time preparation that may run inside a question
 
 
 @dataclass
@@ -231,3 +232,17 @@ def record(**tags: Any) -> None:
         return
     for key, value in tags.items():
         span.set_tag(_PREFIX + key, value)
+
+
+def one_time_seconds(trace: Trace) -> dict[str, float]:
+    """Seconds spent in one-time preparation steps (e.g. ``sentence_vectors``) during this question."""
+    spent: dict[str, float] = {}
+    for step in trace.steps:
+        if step.name in ONE_TIME_STEPS:
+            spent[step.name] = spent.get(step.name, 0.0) + step.seconds
+    return spent
+
+
+def per_question_seconds(result: Any) -> float:
+    """The result's wall time without one-time preparation that happened to run inside it."""
+    return max(result.seconds - sum(one_time_seconds(result.trace).values()), 0.0)
