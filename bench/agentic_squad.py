@@ -36,13 +36,13 @@ import numpy as np
 from squad_common import ROOT, load_squad, run_facts, squad_index
 from tqdm import tqdm
 
-from ragkit.agentic import AgenticRAG
-from ragkit.evaluation import exact_match, f1_score, lexical_support
+from ragkit.pipeline.engine import AgenticRAG
+from ragkit.eval.metrics import exact_match, f1_score, lexical_support
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.features import Features
-from ragkit.llm import build_chat_generator, reset_prompt_cache
-from ragkit.prompts import NO_ANSWER
+from ragkit.pipeline.features import Features
+from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
+from ragkit.llm.prompts import NO_ANSWER
 
 CONFIGS: dict[str, Features] = {
     "plain": Features(),

@@ -2,7 +2,7 @@
 
 ragkit forbids an answer that opens with "[" (the 1.5B otherwise answers some questions with a bare
 "[1]"). The rule can be a GBNF grammar (``[^[ \\t\\n] [^\\x00]*``) or ragkit's first-token logits mask
-(``ragkit.structured.answer_constraint``). Both give the same greedy text; this measures their cost.
+(``ragkit.llm.structured.answer_constraint``). Both give the same greedy text; this measures their cost.
 
 One process; for each of N seeded SQuAD dev questions (the agentic benchmark's sample), plain RAG's
 answer prompt (top-3 chunks) is put in llama.cpp's prompt cache, then the answer is generated with no
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from squad_common import ROOT, load_squad, run_facts, squad_index
 
-from ragkit.agentic import AgenticRAG
+from ragkit.pipeline.engine import AgenticRAG
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.features import Features
-from ragkit.llm import build_chat_generator, reset_prompt_cache
-from ragkit.prompts import answer_task, context_messages
-from ragkit.structured import answer_constraint
+from ragkit.pipeline.features import Features
+from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
+from ragkit.llm.prompts import answer_task, context_messages
+from ragkit.llm.structured import answer_constraint
 
 GRAMMAR = r"root ::= [^\[ \t\n] [^\x00]*"
 

@@ -1,7 +1,7 @@
 """Calibrate confidence on one question set, score it on another.
 
 Confidence should be the probability that the answer is correct (F1 >= 0.5 against gold; see
-``ragkit.calibration.DEFINITION``). Three steps, each its own sub-command so a stopped run loses
+``ragkit.eval.calibration.DEFINITION``). Three steps, each its own sub-command so a stopped run loses
 nothing and the fit can be redone without asking the LLM again:
 
 ``collect``  For N seeded questions of a set (``new_wiki``: SQuAD-Shifts, the calibration set;
@@ -38,13 +38,13 @@ from pathlib import Path
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
-from ragkit.calibration import (
+from ragkit.eval.calibration import (
     AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins, rescore_row, score,
 )
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.evaluation import exact_match, f1_score
-from ragkit.experiments import index_documents, load_squad_corpus
-from ragkit.features import Features
+from ragkit.eval.metrics import exact_match, f1_score
+from ragkit.eval.experiments import index_documents, load_squad_corpus
+from ragkit.pipeline.features import Features
 
 SETS = {"new_wiki": ROOT / "data" / "squad" / "new_wiki_v1.0.json.gz", "squad_dev": ROOT / "data" / "squad" / "squaddev_v1.1.json.gz"}
 CALIBRATE_ON, SCORE_ON = "new_wiki", "squad_dev"
@@ -63,8 +63,8 @@ def rows_path(set_name: str, model: str) -> Path:
 
 
 def collect(set_name: str, model: str, n: int, seed: int) -> None:
-    from ragkit.agentic import AgenticRAG
-    from ragkit.llm import build_chat_generator, reset_prompt_cache
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 
     docs, questions = load_squad_corpus(SETS[set_name])
     index = index_documents(docs, CACHE / f"{set_name}_index_all-MiniLM-L6-v2")
@@ -174,7 +174,7 @@ def score_all() -> dict:
 
 def draw(model: str, pairs_by_config: dict[str, list[tuple[float, bool]]]) -> Path:
     """The README's reliability diagram for one model (docs/images/reliability_MODEL.png)."""
-    from ragkit import plots
+    from ragkit.ui import plots
 
     fig = plots.reliability_diagram(pairs_by_config, title=f"{model} on {SCORE_ON} (calibrated on {CALIBRATE_ON})")
     path = ROOT / "docs" / "images" / f"reliability_{model.replace('qwen2.5-coder-', '')}.png"

@@ -44,7 +44,7 @@ def measure(kind: str, n: int) -> dict:
         held = process.memory_info().rss
         store.save(out / "store")
     else:
-        from ragkit.index import RagIndex
+        from ragkit.index.store import RagIndex
 
         index = RagIndex(embedder="x", dim=384, dense_index="flat")
         index.add(docs)

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 from haystack import Document
 
-import ragkit.index as index_module
+import ragkit.index.store as index_module
 from ragkit.config import ModelConfig
-from ragkit.index import RagIndex
-from ragkit.llm import build_text_embedder
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_text_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EF = index_module.HNSW_EF_SEARCH

@@ -37,9 +37,9 @@ from squad_common import ROOT, load_squad, run_facts
 
 
 from ragkit.components.hallucination_detector import HallucinationDetector
-from ragkit.experiments import judge_items
+from ragkit.eval.experiments import judge_items
 from ragkit.config import ModelConfig
-from ragkit.llm import build_chat_generator
+from ragkit.llm.generators import build_chat_generator
 
 def build_items(n_supported: int, seed: int) -> list[dict]:
     docs, questions = load_squad()

@@ -25,8 +25,8 @@ from tqdm import tqdm
 
 from ragkit.components.reranker import RRF_K, Reranker, fused_order
 from ragkit.config import ModelConfig
-from ragkit.llm import build_chat_generator, shared_text_embedder
-from ragkit.retrieval import HybridRetriever
+from ragkit.llm.generators import build_chat_generator, shared_text_embedder
+from ragkit.index.retrieval import HybridRetriever
 
 
 def metrics(ranks: list[int], ms: list[float]) -> dict:

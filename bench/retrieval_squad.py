@@ -48,11 +48,11 @@ from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-import ragkit.retrieval as ragkit_retrieval
+import ragkit.index.retrieval as ragkit_retrieval
 from ragkit.config import ModelConfig
-from ragkit.index import RagIndex
-from ragkit.llm import build_document_embedder, build_text_embedder
-from ragkit.retrieval import HybridRetriever
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_document_embedder, build_text_embedder
+from ragkit.index.retrieval import HybridRetriever
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT / "data" / "squad" / "squaddev_v1.1.json.gz"

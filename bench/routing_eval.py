@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from ragkit.components.query_router import ROUTES, QueryRouter
-from ragkit.experiments import load_labelled_routes, router_accuracy
+from ragkit.eval.experiments import load_labelled_routes, router_accuracy
 from ragkit.config import ModelConfig
-from ragkit.llm import build_chat_generator
+from ragkit.llm.generators import build_chat_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from haystack import Document
 
-from ragkit.experiments import index_documents, load_squad_corpus
+from ragkit.eval.experiments import index_documents, load_squad_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_DEV = ROOT / "data" / "squad" / "squaddev_v1.1.json.gz"
@@ -30,7 +30,7 @@ def squad_index(docs: list[Document], embedder: str = "all-MiniLM-L6-v2"):
 
 
 # SQuAD's answer normalisation, EM and F1 live in the package (the notebooks use them too).
-from ragkit.evaluation import exact_match, f1_score, normalize_answer, strip_citations  # noqa: E402,F401
+from ragkit.eval.metrics import exact_match, f1_score, normalize_answer, strip_citations  # noqa: E402,F401
 
 
 # -- run facts ---------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ import numpy as np
 from haystack import Document
 
 from ragkit.config import ModelConfig
-from ragkit.index import RagIndex
-from ragkit.llm import build_document_embedder, build_text_embedder
-from ragkit.retrieval import HybridRetriever
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_document_embedder, build_text_embedder
+from ragkit.index.retrieval import HybridRetriever
 
 ROOT = Path(__file__).resolve().parent.parent
 

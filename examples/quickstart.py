@@ -6,8 +6,8 @@ Run from the repository root:  .venv/bin/python examples/quickstart.py "Who foun
 import sys
 
 from ragkit.config import RagConfig
-from ragkit.indexer import build_index
-from ragkit.rag import RAG
+from ragkit.index.indexer import build_index
+from ragkit.pipeline.rag import RAG
 
 question = sys.argv[1] if len(sys.argv) > 1 else "Where was Nikola Tesla born?"
 config = RagConfig.from_env()  # RAGKIT_LLM=qwen2.5-coder-0.5b for the faster model

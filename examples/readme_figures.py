@@ -14,12 +14,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from ragkit import plots  # noqa: E402
-from ragkit.agentic import AgenticRAG  # noqa: E402
+from ragkit.ui import plots  # noqa: E402
+from ragkit.pipeline.engine import AgenticRAG  # noqa: E402
 from ragkit.config import FAST_LLM, ModelConfig, RagConfig  # noqa: E402
-from ragkit.features import Features  # noqa: E402
-from ragkit.indexer import build_index  # noqa: E402
-from ragkit.llm import build_chat_generator, reset_prompt_cache  # noqa: E402
+from ragkit.pipeline.features import Features  # noqa: E402
+from ragkit.index.indexer import build_index  # noqa: E402
+from ragkit.llm.generators import build_chat_generator, reset_prompt_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images"

@@ -12,3 +12,21 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 __version__ = "0.1.0"
+
+# The public API, imported on first use so `import ragkit` stays cheap (no torch, no Haystack).
+_PUBLIC = {
+    "Features": "ragkit.pipeline.features",
+    "AgenticRAG": "ragkit.pipeline.engine",
+    "AgenticResult": "ragkit.pipeline.engine",
+    "build_index": "ragkit.index.indexer",
+    "RagConfig": "ragkit.config",
+}
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'ragkit' has no attribute {name!r}")

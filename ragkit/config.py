@@ -61,7 +61,7 @@ class RagConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     retrieval_mode: RetrievalMode = "hybrid"
     top_k: int = 5
-    hybrid_sparse_weight: float = 0.8  # BM25's weight in rank fusion; see ragkit.retrieval.DEFAULT_SPARSE_WEIGHT
+    hybrid_sparse_weight: float = 0.8  # BM25's weight in rank fusion; see ragkit.index.retrieval.DEFAULT_SPARSE_WEIGHT
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

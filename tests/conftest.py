@@ -42,7 +42,7 @@ def fast_config() -> RagConfig:
 @pytest.fixture(scope="session")
 def sample_index_dir(tmp_path_factory, fast_config) -> Path:
     """sample_docs/ indexed once with the real embedded embedder."""
-    from ragkit.indexer import build_index
+    from ragkit.index.indexer import build_index
 
     index_dir = tmp_path_factory.mktemp("sample") / "index"
     report = build_index(SAMPLE_DOCS, index_dir, fast_config, progress=False)
@@ -52,14 +52,14 @@ def sample_index_dir(tmp_path_factory, fast_config) -> Path:
 
 @pytest.fixture(scope="session")
 def sample_index(sample_index_dir):
-    from ragkit.index import RagIndex
+    from ragkit.index.store import RagIndex
 
     return RagIndex.load(sample_index_dir)
 
 
 @pytest.fixture(scope="session")
 def hybrid(sample_index, fast_config):
-    from ragkit.retrieval import HybridRetriever
+    from ragkit.index.retrieval import HybridRetriever
 
     return HybridRetriever(sample_index, fast_config.models)
 
@@ -67,7 +67,7 @@ def hybrid(sample_index, fast_config):
 @pytest.fixture(scope="session")
 def local_llm(fast_config):
     """The real 0.5B GGUF through llama.cpp, loaded once."""
-    from ragkit.llm import build_chat_generator
+    from ragkit.llm.generators import build_chat_generator
 
     generator = build_chat_generator(fast_config.models)
     generator.warm_up()

@@ -5,9 +5,9 @@ import re
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 
-from ragkit.agentic import AgenticRAG
-from ragkit.features import Features
-from ragkit.prompts import NO_ANSWER
+from ragkit.pipeline.engine import AgenticRAG
+from ragkit.pipeline.features import Features
+from ragkit.llm.prompts import NO_ANSWER
 
 pytestmark = pytest.mark.integration
 
@@ -180,8 +180,8 @@ def test_judge_that_cannot_score_exits_unknown_without_retry(sample_index, fast_
 def test_reranking_reads_sentence_vectors_computed_once_per_index(sample_index_dir, fast_config, tmp_path):
     import shutil
 
-    from ragkit.index import RagIndex
-    from ragkit.sentence_vectors import SentenceVectorCache
+    from ragkit.index.store import RagIndex
+    from ragkit.index.sentence_vectors import SentenceVectorCache
 
     index_dir = tmp_path / "index"
     shutil.copytree(sample_index_dir, index_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragkit.calibration import (
+from ragkit.eval.calibration import (
     AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, answer_signals, expected_calibration_error, fit_model, predict,
     read_rows, reliability_bins, rescore_row, roc_auc, score,
 )

@@ -3,7 +3,7 @@ from haystack import Document
 
 from conftest import SAMPLE_DOCS
 from ragkit.components.token_chunker import TokenChunker
-from ragkit.ingest import load_files
+from ragkit.index.ingest import load_files
 
 
 @pytest.fixture(scope="module")

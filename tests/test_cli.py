@@ -3,7 +3,7 @@ import json
 import pytest
 
 from conftest import SAMPLE_DOCS
-from ragkit.cli import build_parser, main
+from ragkit.ui.cli import build_parser, main
 
 pytestmark = pytest.mark.integration
 

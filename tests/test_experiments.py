@@ -13,11 +13,11 @@ from ragkit.components.hyde import HyDEEmbedder
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
 from ragkit.config import ModelConfig
-from ragkit.experiments import (
+from ragkit.eval.experiments import (
     balanced_accuracy, differing_questions, gold_rank, grading_summary, hyde_ranks, index_documents, judge_items, judge_scores,
     load_labelled_routes, load_squad_corpus, recall_table, rerank_and_grade, retrieval_ranks, router_accuracy, wins,
 )
-from ragkit.retrieval import HybridRetriever
+from ragkit.index.retrieval import HybridRetriever
 
 ROOT = Path(__file__).resolve().parent.parent
 

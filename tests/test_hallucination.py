@@ -8,7 +8,7 @@ from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 
 from ragkit.components.hallucination_detector import HallucinationDetector, split_sentences
-from ragkit.prompts import NO_ANSWER
+from ragkit.llm.prompts import NO_ANSWER
 
 DOCS = [Document(content="Nikola Tesla was born in Smiljan in 1856. He studied engineering in Graz.")]
 
@@ -75,7 +75,7 @@ def make_tiny_hhem(path: Path) -> None:
 
 @pytest.mark.integration
 def test_hhem_loader_and_scoring_path_on_a_tiny_model(tmp_path):
-    from ragkit.hhem import HHEMScorer
+    from ragkit.llm.hhem import HHEMScorer
 
     make_tiny_hhem(tmp_path / "hhem")
     scorer = HHEMScorer(str(tmp_path / "hhem"))
@@ -93,7 +93,7 @@ def test_a_checkpoint_that_is_not_hhem_is_refused(tmp_path):
     from safetensors.torch import save_file
     import torch
 
-    from ragkit.hhem import HHEMScorer
+    from ragkit.llm.hhem import HHEMScorer
 
     (tmp_path / "bad").mkdir()
     save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "bad" / "model.safetensors"))
@@ -102,8 +102,8 @@ def test_a_checkpoint_that_is_not_hhem_is_refused(tmp_path):
 
 
 def test_hhem_offline_without_weights_is_a_clear_error():
-    from ragkit.hhem import HHEMScorer
-    from ragkit.models import MissingModelError
+    from ragkit.llm.hhem import HHEMScorer
+    from ragkit.llm.models import MissingModelError
 
     with pytest.raises(MissingModelError, match="offline"):
         HHEMScorer().warm_up()
@@ -114,7 +114,7 @@ HHEM_PATH = os.environ.get("RAGKIT_HHEM_PATH")
 
 @pytest.mark.skipif(not HHEM_PATH, reason="HHEM-2.1-Open weights are not installable here; set RAGKIT_HHEM_PATH to a folder with them to run")
 def test_hhem_reproduces_the_model_card_scores():
-    from ragkit.hhem import HHEMScorer
+    from ragkit.llm.hhem import HHEMScorer
 
     pairs = [
         ("The capital of France is Berlin.", "The capital of France is Paris.", 0.011061512865126133),

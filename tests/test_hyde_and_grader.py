@@ -5,7 +5,7 @@ from haystack.components.generators.chat import MockChatGenerator
 
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.hyde import HyDEEmbedder
-from ragkit.trace import RagkitTracer
+from ragkit.pipeline.trace import RagkitTracer
 
 DOCS = [
     Document(content="Nikola Tesla was born in Smiljan in 1856.", meta={"source": "tesla.md"}),
@@ -89,7 +89,7 @@ def test_embedding_grader_prefers_the_relevant_chunk():
 @pytest.fixture(scope="module")
 def question_vector():
     from ragkit.config import ModelConfig
-    from ragkit.llm import build_text_embedder
+    from ragkit.llm.generators import build_text_embedder
 
     embedder = build_text_embedder(ModelConfig())
     embedder.warm_up()

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import fake_embedding, make_chunks
 from ragkit.components import BM25sRetriever, FaissRetriever
-from ragkit.index import (
+from ragkit.index.store import (
     EmbedderMismatchError,
     IndexCorruptedError,
     IndexNotFoundError,
@@ -169,7 +169,7 @@ def test_hnsw_index_searches_deletes_and_persists(tmp_path):
 
 
 def test_auto_index_switches_to_hnsw_past_the_threshold(monkeypatch):
-    import ragkit.index as index_module
+    import ragkit.index.store as index_module
 
     monkeypatch.setattr(index_module, "HNSW_THRESHOLD", 50)
     idx = RagIndex(embedder="fake", dim=8)

@@ -5,9 +5,9 @@ import shutil
 import pytest
 
 from conftest import SAMPLE_DOCS
-from ragkit.index import RagIndex
-from ragkit.indexer import build_index
-from ragkit.ingest import IngestError
+from ragkit.index.store import RagIndex
+from ragkit.index.indexer import build_index
+from ragkit.index.ingest import IngestError
 
 pytestmark = pytest.mark.integration
 

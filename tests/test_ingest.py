@@ -1,7 +1,7 @@
 import pytest
 
 from conftest import SAMPLE_DOCS
-from ragkit.ingest import IngestError, load_files
+from ragkit.index.ingest import IngestError, load_files
 
 
 def test_sample_docs_all_load_with_metadata():

@@ -5,12 +5,12 @@ import pytest
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
-from ragkit.agentic import AgenticRAG
+from ragkit.pipeline.engine import AgenticRAG
 from ragkit.components.document_grader import grade_task
-from ragkit.features import Features
-from ragkit.llama_probe import probe_for
-from ragkit.prompts import context_messages
-from ragkit.structured import answer_constraint, int_list_constraint, parse_int_list
+from ragkit.pipeline.features import Features
+from ragkit.llm.probe import probe_for
+from ragkit.llm.prompts import context_messages
+from ragkit.llm.structured import answer_constraint, int_list_constraint, parse_int_list
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -61,7 +61,7 @@ def test_the_first_token_mask_keeps_a_citation_mark_out_of_an_answer(local_llm):
 
 def test_a_streamed_answer_reports_its_tokens_and_their_probabilities(sample_index, fast_config):
     """Streaming (the notebook panel) used to report 0 prompt and 0 completion tokens for the answer step."""
-    from ragkit.llm import build_chat_generator
+    from ragkit.llm.generators import build_chat_generator
 
     chunks = []
     streaming = build_chat_generator(fast_config.models, streaming_callback=chunks.append)

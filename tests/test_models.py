@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ragkit import models
-from ragkit.models import EmbeddedGGUF, MissingModelError, resolve_embedder, resolve_gguf
+from ragkit.llm import models
+from ragkit.llm.models import EmbeddedGGUF, MissingModelError, resolve_embedder, resolve_gguf
 
 
 def test_embedded_embedder_resolves_to_a_local_sentence_transformers_folder():

@@ -13,9 +13,9 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 
-from ragkit.agentic import AgenticRAG
-from ragkit.features import Features
-from ragkit.notebook import (
+from ragkit.pipeline.engine import AgenticRAG
+from ragkit.pipeline.features import Features
+from ragkit.ui.panel import (
     CALIBRATED,
     ControlPanel,
     ab_compare,
@@ -27,7 +27,7 @@ from ragkit.notebook import (
     summary_table_html,
     table_html,
 )
-from ragkit.trace import RagkitTracer
+from ragkit.pipeline.trace import RagkitTracer
 
 matplotlib.use("Agg")
 pytestmark = pytest.mark.integration
@@ -214,7 +214,7 @@ def test_one_time_setup_runs_before_timing_and_is_shown_apart(panel, monkeypatch
 
 def test_a_one_time_step_inside_a_question_is_excluded_from_its_latency_and_said(panel):
     result = panel.run()
-    from ragkit.trace import Step
+    from ragkit.pipeline.trace import Step
 
     result.trace.add(Step(name="sentence_vectors", seconds=45.0, started=result.trace.steps[0].started))
     result.seconds += 45.0
@@ -363,8 +363,8 @@ def test_loading_the_llm_is_one_time_setup_not_the_first_questions_latency(sampl
 
 
 def test_result_sentence_says_time_calls_and_confidence_or_the_decline():
-    from ragkit.agentic import AgenticResult
-    from ragkit.trace import Step, Trace
+    from ragkit.pipeline.engine import AgenticResult
+    from ragkit.pipeline.trace import Step, Trace
 
     trace = Trace()
     trace.add(Step(name="sentence_vectors", started=0.0, seconds=40.0))  # one-time: not in the time
@@ -377,8 +377,8 @@ def test_result_sentence_says_time_calls_and_confidence_or_the_decline():
 
 
 def test_summary_shows_a_decline_as_a_decline_and_names_failed_steps():
-    from ragkit.agentic import AgenticResult
-    from ragkit.notebook import summary_html
+    from ragkit.pipeline.engine import AgenticResult
+    from ragkit.ui.panel import summary_html
 
     declined = AgenticResult(question="q", answer="The documents don't say.", sources=[], confidence=0.0, symbol="○", declined=True, p_lacks_answer=0.71)
     line = summary_html(declined)

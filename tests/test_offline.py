@@ -28,8 +28,8 @@ def test_default_configuration_makes_no_network_call(tmp_path):
         for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HAYSTACK_TELEMETRY_ENABLED"):
             os.environ.pop(var, None)   # ragkit must set its own defaults
         from ragkit.config import RagConfig
-        from ragkit.indexer import build_index
-        from ragkit.rag import RAG
+        from ragkit.index.indexer import build_index
+        from ragkit.pipeline.rag import RAG
         config = RagConfig()
         config.models.llm = "qwen2.5-coder-0.5b"   # the default family, smaller for CI
         config.models.max_new_tokens = 24

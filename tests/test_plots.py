@@ -4,7 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from ragkit.plots import quality_latency_scatter  # noqa: E402
+from ragkit.ui.plots import quality_latency_scatter  # noqa: E402
 
 
 def _labels(fig):
@@ -64,8 +64,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from ragkit import plots  # noqa: E402
-from ragkit.trace import Step, Trace  # noqa: E402
+from ragkit.ui import plots  # noqa: E402
+from ragkit.pipeline.trace import Step, Trace  # noqa: E402
 
 
 def _trace(*steps):
@@ -189,7 +189,7 @@ def test_reliability_diagram_bins_answers_and_handles_empty_bins():
     plain = next(line for label, line in lines.items() if label.startswith("plain"))
     # two filled bins of 10: mean confidence (x) against share correct (y)
     assert list(plain.get_xdata()) == pytest.approx([0.135, 0.935]) and list(plain.get_ydata()) == pytest.approx([0.0, 0.5])
-    from ragkit.calibration import expected_calibration_error
+    from ragkit.eval.calibration import expected_calibration_error
 
     plain = rows["plain"]
     assert expected_calibration_error([c for c, _ in plain], [y for _, y in plain]) == pytest.approx((2 * 0.135 + 2 * abs(0.5 - 0.935)) / 4)

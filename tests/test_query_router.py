@@ -3,7 +3,7 @@ from haystack import Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 
 from ragkit.components.query_router import ROUTES, QueryRouter, route_by_rules
-from ragkit.trace import RagkitTracer
+from ragkit.pipeline.trace import RagkitTracer
 
 
 def failing_llm(messages):

@@ -1,9 +1,9 @@
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 
-from ragkit.index import RagIndex
-from ragkit.rag import NO_ANSWER, RAG
-from ragkit.retrieval import QueryError
+from ragkit.index.store import RagIndex
+from ragkit.pipeline.rag import NO_ANSWER, RAG
+from ragkit.index.retrieval import QueryError
 
 pytestmark = pytest.mark.integration  # real embedder; the LLM is mocked unless marked llm
 
@@ -32,7 +32,7 @@ def test_answer_comes_with_sources_and_stage_timings(sample_index, fast_config):
 
 
 def test_document_text_cannot_close_the_source_fence(fast_config, tmp_path):
-    from ragkit.indexer import build_index
+    from ragkit.index.indexer import build_index
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "evil.md").write_text(

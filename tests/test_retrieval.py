@@ -3,8 +3,8 @@
 import pytest
 from haystack import Pipeline
 
-from ragkit.index import RagIndex
-from ragkit.retrieval import MAX_QUERY_CHARS, HybridRetriever, QueryError, build_hybrid_pipeline
+from ragkit.index.store import RagIndex
+from ragkit.index.retrieval import MAX_QUERY_CHARS, HybridRetriever, QueryError, build_hybrid_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_hierarchical_index_merges_children_into_parents(tmp_path, fast_config):
     from dataclasses import replace
 
     from conftest import SAMPLE_DOCS
-    from ragkit.indexer import build_index
+    from ragkit.index.indexer import build_index
 
     config = replace(fast_config, index=replace(fast_config.index, hierarchical=True, parent_words=60, child_words=20))
     build_index(SAMPLE_DOCS / "wikipedia" / "Rhine.md", tmp_path / "h", config, progress=False)

@@ -5,13 +5,13 @@ import pytest
 from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 
-from ragkit.agentic import AgenticRAG
+from ragkit.pipeline.engine import AgenticRAG
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.self_correction import SelfCorrectingAnswerer
-from ragkit.features import Features
-from ragkit.prompts import NO_ANSWER
-from ragkit.structured import FirstTokenMask
-from ragkit.trace import RagkitTracer
+from ragkit.pipeline.features import Features
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.structured import FirstTokenMask
+from ragkit.pipeline.trace import RagkitTracer
 
 DOCS = [Document(content="Nikola Tesla was born in Smiljan in 1856.", meta={"title": "Tesla"})]
 

@@ -5,8 +5,8 @@ import logging
 import numpy as np
 import pytest
 
-from ragkit.llm import shared_text_embedder
-from ragkit.sentence_vectors import SentenceVectorCache, sentence_key
+from ragkit.llm.generators import shared_text_embedder
+from ragkit.index.sentence_vectors import SentenceVectorCache, sentence_key
 
 SENTENCES = ["Tesla was born in Smiljan.", "He moved to Graz to study.", "The Rhine flows into the North Sea."]
 
@@ -45,7 +45,7 @@ def test_a_damaged_or_foreign_file_is_ignored_and_rebuilt(cache, tmp_path, caplo
     other._add([sentence_key("x")], np.ones((1, 4), dtype=np.float32))
     foreign = tmp_path / "foreign.npz"
     other.save(foreign)
-    with caplog.at_level(logging.WARNING, logger="ragkit.sentence_vectors"):
+    with caplog.at_level(logging.WARNING, logger="ragkit.index.sentence_vectors"):
         assert cache.load(damaged) == 0 and cache.load(foreign) == 0
     assert "ignoring sentence-vector cache" in caplog.text and len(cache) == 0
     assert cache.vectors(SENTENCES[:1]).shape == (1, 384)  # and it still works

@@ -1,6 +1,6 @@
 """ConfidenceScorer: the estimated probability that the answer is correct, from signals that cost nothing extra.
 
-"Correct" means SQuAD token F1 >= 0.5 against gold answers (:data:`ragkit.calibration.DEFINITION`).
+"Correct" means SQuAD token F1 >= 0.5 against gold answers (:data:`ragkit.eval.calibration.DEFINITION`).
 The probability comes from a logistic regression calibrated per model on held-out questions
 (``bench/calibration.py`` → ``ragkit/data/confidence_calibration.json``; scored in
 ``bench/results/calibration.json``) over these signals:
@@ -39,9 +39,9 @@ from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
-from ragkit.prompts import NO_ANSWER
-from ragkit.trace import record
+from ragkit.eval.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.trace import record
 
 HIGH, MEDIUM = 0.7, 0.5
 

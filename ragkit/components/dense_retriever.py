@@ -13,8 +13,8 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.components._index_handle import IndexHandle
-from ragkit.index import RagIndex
+from ragkit.index.handle import IndexHandle
+from ragkit.index.store import RagIndex
 
 
 @component

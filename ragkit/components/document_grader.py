@@ -1,10 +1,10 @@
 """DocumentGrader: score every retrieved chunk 0–10 for relevance and drop those under a threshold.
 
 ``backend="llm"`` grades the whole batch in ONE call (naive agentic RAG grades chunk by chunk: one
-call per chunk). The chunks sit in the shared sources prefix (see :mod:`ragkit.prompts`) so the
+call per chunk). The chunks sit in the shared sources prefix (see :mod:`ragkit.llm.prompts`) so the
 answering call that follows reuses llama.cpp's cache, and a grammar forces the reply to be exactly
 ``[s1,s2,…]`` with one integer 0–10 per chunk; with llama.cpp the same greedy choice is read from
-the logits of the allowed tokens (:meth:`~ragkit.llama_probe.LlamaProbe.score_list`), a little
+the logits of the allowed tokens (:meth:`~ragkit.llm.probe.LlamaProbe.score_list`), a little
 cheaper than its grammar sampler and unable to produce anything but a valid list. ``backend="embedding"`` needs no LLM: the cosine
 similarity between question and chunk, mapped linearly onto 0–10 (``cosine * 10``, clipped).
 
@@ -26,10 +26,10 @@ from typing import Any, Literal
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.llama_probe import LlamaProbe, probe_for
-from ragkit.prompts import context_messages
-from ragkit.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, llm_error, parse_int_list
-from ragkit.trace import record
+from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.llm.prompts import context_messages
+from ragkit.llm.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, llm_error, parse_int_list
+from ragkit.pipeline.trace import record
 
 GraderBackend = Literal["llm", "embedding"]
 
@@ -68,7 +68,7 @@ class DocumentGrader:
 
     def warm_up(self) -> None:
         if self.backend == "embedding" and self._embedder is None:
-            from ragkit.llm import shared_text_embedder
+            from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
         if self.backend == "llm" and hasattr(self.generator, "warm_up"):

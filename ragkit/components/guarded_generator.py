@@ -2,14 +2,14 @@
 
 A bare ``ChatGenerator`` in a ``Pipeline`` raises on a dead server or a timeout, and its token
 counts stay in reply metadata no tracer reads. This wrapper calls the generator through
-:func:`ragkit.structured.call_llm`, so each call is recorded on the trace (calls, prompt tokens,
+:func:`ragkit.llm.structured.call_llm`, so each call is recorded on the trace (calls, prompt tokens,
 tokens reused from llama.cpp's prompt cache, completion tokens) and a failure or an empty reply
 becomes a traced fallback: the ``fallback`` input if one was sent (e.g. the previous answer in a
 self-correction loop), else "The documents don't say.".
 
 With ``answer_format=True`` (the default) the reply is read as an answer: on llama.cpp its first token may
-not be a citation mark (:func:`ragkit.structured.answer_constraint`), and on any backend a reply that is only
-citation marks is a fallback too (:func:`ragkit.structured.parse_answer`).
+not be a citation mark (:func:`ragkit.llm.structured.answer_constraint`), and on any backend a reply that is only
+citation marks is a fallback too (:func:`ragkit.llm.structured.parse_answer`).
 
 Usage::
 
@@ -24,8 +24,8 @@ from typing import Any, Optional
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.prompts import NO_ANSWER
-from ragkit.structured import answer_constraint, call_llm, generator_from_dict, generator_to_dict, parse_answer
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.structured import answer_constraint, call_llm, generator_from_dict, generator_to_dict, parse_answer
 
 
 def _nonempty(text: str) -> str:

@@ -4,12 +4,12 @@ Two backends:
 
 * ``"llm_judge"`` (offline default) — the local LLM gives P(supported) for each answer sentence.
   With llama.cpp the probability is read from the next-token distribution over yes/no
-  (:class:`~ragkit.llama_probe.LlamaProbe`), and all sentences share one prompt prefix (system,
+  (:class:`~ragkit.llm.probe.LlamaProbe`), and all sentences share one prompt prefix (system,
   sources, task), so after the first sentence each costs only its own ~30 tokens. With other
   backends (OpenAI-compatible servers, mocks) all sentences are judged in one constrained call
   returning a yes/no list, i.e. probabilities 0 or 1.
 * ``"hhem"`` — Vectara's HHEM-2.1-Open classifier (premise = the documents, hypothesis = the
-  answer), loaded without remote code by :mod:`ragkit.hhem`; needs its weights in a local folder.
+  answer), loaded without remote code by :mod:`ragkit.llm.hhem`; needs its weights in a local folder.
 
 A small model's P(yes) is not calibrated, so the cut between supported and not is per model:
 ``support_threshold_for`` gives the threshold chosen on the calibration half of the labelled
@@ -34,10 +34,10 @@ from typing import Any, Literal, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ragkit.llama_probe import LlamaProbe, probe_for
-from ragkit.prompts import NO_ANSWER, context_messages
-from ragkit.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
-from ragkit.trace import record
+from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.llm.prompts import NO_ANSWER, context_messages
+from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
+from ragkit.pipeline.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
 DEFAULT_SUPPORT_THRESHOLD = 0.5
@@ -123,7 +123,7 @@ class HallucinationDetector:
 
     def warm_up(self) -> None:
         if self.backend == "hhem" and self._hhem is None:
-            from ragkit.hhem import HHEMScorer
+            from ragkit.llm.hhem import HHEMScorer
 
             self._hhem = HHEMScorer(self.hhem_model)
             self._hhem.warm_up()

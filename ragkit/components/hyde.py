@@ -23,8 +23,8 @@ import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.structured import call_llm, generator_from_dict, generator_to_dict
-from ragkit.trace import record
+from ragkit.llm.structured import call_llm, generator_from_dict, generator_to_dict
+from ragkit.pipeline.trace import record
 
 HYDE_SYSTEM = "Write a short, factual encyclopedia-style passage (2-3 sentences) that answers the question. No preamble."
 
@@ -55,7 +55,7 @@ class HyDEEmbedder:
 
     def warm_up(self) -> None:
         if self._embedder is None:
-            from ragkit.llm import shared_text_embedder
+            from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
         if hasattr(self.generator, "warm_up"):

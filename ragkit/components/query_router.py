@@ -30,8 +30,8 @@ import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, parse_choice
-from ragkit.trace import record
+from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, parse_choice
+from ragkit.pipeline.trace import record
 
 ROUTES = ["SIMPLE", "FACTUAL", "ANALYTICAL", "COMPARISON", "SUMMARY"]
 RouterBackend = Literal["rules", "embedding", "llm"]
@@ -115,7 +115,7 @@ class QueryRouter:
 
     def warm_up(self) -> None:
         if self.backend == "embedding" and self._centroids is None:
-            from ragkit.llm import shared_text_embedder
+            from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
             model = self._embedder.embedding_backend

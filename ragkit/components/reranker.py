@@ -7,13 +7,13 @@ Backends:
   offline here; users who have one pass its path.
 * ``"llm"`` — pointwise P(yes | question, chunk) from the local LLM. With llama.cpp the question is
   the shared prompt prefix and only each chunk's tail is evaluated; the probability comes from the
-  next-token distribution (:class:`~ragkit.llama_probe.LlamaProbe`), no text is generated.
+  next-token distribution (:class:`~ragkit.llm.probe.LlamaProbe`), no text is generated.
 * ``"bi-encoder"`` — a sentence-transformers embedder (``model``, default the embedded
   all-MiniLM-L6-v2) scoring each chunk by its *best sentence*'s cosine to the question. Whole-chunk
   cosine from the same model the index uses only repeats the dense retriever (alone it lowered R@1
   from 0.780 to 0.687 on SQuAD); the best sentence is a different signal (a factoid answer sits in
   one sentence; the chunk vector averages it away). Sentence vectors come from a
-  content-addressed :class:`~ragkit.sentence_vectors.SentenceVectorCache`, which ``AgenticRAG``
+  content-addressed :class:`~ragkit.index.sentence_vectors.SentenceVectorCache`, which ``AgenticRAG``
   fills for the whole index once (and keeps next to it), so at question time only the question
   is embedded.
 
@@ -46,10 +46,10 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llama_probe import LlamaProbe, probe_for
-from ragkit.sentence_vectors import SentenceVectorCache
-from ragkit.structured import generator_from_dict, generator_to_dict
-from ragkit.trace import record
+from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.index.sentence_vectors import SentenceVectorCache
+from ragkit.llm.structured import generator_from_dict, generator_to_dict
+from ragkit.pipeline.trace import record
 
 RerankBackend = Literal["cross-encoder", "llm", "bi-encoder"]
 RERANK_SYSTEM = "You judge whether a passage helps answer a question. Reply yes or no."
@@ -102,12 +102,12 @@ class Reranker:
         if self.backend == "cross-encoder" and self._ranker is None:
             from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersSimilarityRanker
 
-            from ragkit.models import resolve_embedder
+            from ragkit.llm.models import resolve_embedder
 
             self._ranker = SentenceTransformersSimilarityRanker(model=resolve_embedder(self.model), top_k=1_000_000, scale_score=True)
             self._ranker.warm_up()
         elif self.backend == "bi-encoder" and self._embedder is None:
-            from ragkit.llm import shared_text_embedder
+            from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.model or "all-MiniLM-L6-v2")
         elif self.backend == "llm" and hasattr(self.generator, "warm_up"):

@@ -17,7 +17,7 @@ number reaches the router again through ``correction_count``. The prompt builder
 ``required_variables`` explicitly (Haystack 3 needs it for loop inputs); ``attempt`` stays optional
 because it arrives only from the loop. ``no_context`` (no documents) exits before any LLM call.
 
-The prompt is ``ragkit.prompts.context_messages`` — the same bytes the grader and the judge send —
+The prompt is ``ragkit.llm.prompts.context_messages`` — the same bytes the grader and the judge send —
 so the sources are evaluated once per question and reused from llama.cpp's cache.
 
 Usage::
@@ -39,8 +39,8 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector
-from ragkit.prompts import NO_ANSWER, SHARED_SYSTEM, answer_task, format_sources, strict_answer_task
-from ragkit.structured import generator_from_dict, generator_to_dict
+from ragkit.llm.prompts import NO_ANSWER, SHARED_SYSTEM, answer_task, format_sources, strict_answer_task
+from ragkit.llm.structured import generator_from_dict, generator_to_dict
 
 ANSWER_TEMPLATE = [
     ChatMessage.from_system(SHARED_SYSTEM),

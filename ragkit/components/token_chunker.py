@@ -45,7 +45,7 @@ class TokenChunker:
         if self._tok is None:
             from transformers import AutoTokenizer
 
-            from ragkit.models import resolve_embedder
+            from ragkit.llm.models import resolve_embedder
 
             self._tok = AutoTokenizer.from_pretrained(resolve_embedder(self.tokenizer))
 

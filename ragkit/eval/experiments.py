@@ -3,7 +3,7 @@
 A notebook cell calls one of these and shows what it returns; the tests call the same functions,
 so anything a notebook shows is checked. Every function takes the components to measure and a
 question set, runs them in one process, and returns plain rows (lists of dicts) that
-:mod:`ragkit.plots` draws and pandas-free notebooks print as tables.
+:mod:`ragkit.ui.plots` draws and pandas-free notebooks print as tables.
 
 * SQuAD as a corpus: :func:`load_squad_corpus` (paragraphs → Documents, questions with the id of
   the paragraph that answers them) and :func:`index_documents` (one chunk per paragraph).
@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from haystack import Document
 
-from ragkit.evaluation import normalize_answer
+from ragkit.eval.metrics import normalize_answer
 
 
 def _progress(items, desc: str, progress: bool):
@@ -72,11 +72,11 @@ def load_squad_corpus(path: str | Path, titles: Iterable[str] | None = None, n_a
 
 
 def index_documents(docs: list[Document], index_dir: str | Path, embedder: str = "all-MiniLM-L6-v2", progress: bool = True):
-    """A saved :class:`~ragkit.index.RagIndex` holding ``docs`` as they are (one chunk each),
+    """A saved :class:`~ragkit.index.store.RagIndex` holding ``docs`` as they are (one chunk each),
     reused when ``index_dir`` already holds exactly these ids and this embedder."""
     from ragkit.config import ModelConfig
-    from ragkit.index import RagIndex
-    from ragkit.llm import build_document_embedder
+    from ragkit.index.store import RagIndex
+    from ragkit.llm.generators import build_document_embedder
 
     index_dir = Path(index_dir)
     if RagIndex.exists(index_dir):

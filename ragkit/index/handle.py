@@ -1,4 +1,4 @@
-"""Shared plumbing for components that read a :class:`~ragkit.index.RagIndex`.
+"""Shared plumbing for components that read a :class:`~ragkit.index.store.RagIndex`.
 
 A retriever is built either around an index object already in memory or around an index path
 (which is what ``to_dict`` records). Indexes opened by path are shared per process, so a dense
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ragkit.index import RagIndex
+from ragkit.index.store import RagIndex
 
 _OPEN: dict[tuple[str, float], RagIndex] = {}
 _LOCK = threading.Lock()

@@ -36,7 +36,7 @@ import faiss
 import numpy as np
 from haystack import Document
 
-from ragkit.sparse import BM25sIndex
+from ragkit.index.sparse import BM25sIndex
 
 INDEX_FORMAT_VERSION = 1
 # Exact search scans every vector: ~0.15 ms per 1k chunks of 384-d on one core, memory-bound.

@@ -64,7 +64,7 @@ class SentenceVectorCache:
 
     def _embed(self, sentences: list[str]) -> np.ndarray:
         if self._embedder is None:
-            from ragkit.llm import shared_text_embedder
+            from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model).embedding_backend
         self.embedded += len(sentences)

@@ -1,4 +1,4 @@
-"""Index a file or folder into a :class:`~ragkit.index.RagIndex` on disk, incrementally.
+"""Index a file or folder into a :class:`~ragkit.index.store.RagIndex` on disk, incrementally.
 
 A file whose bytes are unchanged since the last run is skipped; a changed file has its old chunks
 replaced; ``remove_missing`` drops sources whose files are gone. Everything is converted, chunked
@@ -16,9 +16,9 @@ from haystack import Document
 
 from ragkit.components.token_chunker import TokenChunker
 from ragkit.config import RagConfig
-from ragkit.index import RagIndex
-from ragkit.ingest import load_files
-from ragkit.llm import build_document_embedder
+from ragkit.index.store import RagIndex
+from ragkit.index.ingest import load_files
+from ragkit.llm.generators import build_document_embedder
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 from haystack.utils import Secret
 
 from ragkit.config import ModelConfig
-from ragkit.models import resolve_embedder, resolve_gguf
+from ragkit.llm.models import resolve_embedder, resolve_gguf
 
 
 def build_chat_generator(models: ModelConfig, streaming_callback=None):

@@ -17,9 +17,9 @@ from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
 from ragkit.config import RagConfig
-from ragkit.index import RagIndex
-from ragkit.llm import build_chat_generator
-from ragkit.retrieval import HybridRetriever, check_query
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_chat_generator
+from ragkit.index.retrieval import HybridRetriever, check_query
 
 DEFAULT_INDEX_DIR = ".ragkit/index"
 NO_ANSWER = "The documents don't say."

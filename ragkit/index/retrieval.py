@@ -18,8 +18,8 @@ from haystack.components.joiners import DocumentJoiner
 from ragkit.components.dense_retriever import FaissRetriever
 from ragkit.components.sparse_retriever import BM25sRetriever
 from ragkit.config import ModelConfig, RetrievalMode
-from ragkit.index import RagIndex
-from ragkit.llm import build_text_embedder, shared_text_embedder
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_text_embedder, shared_text_embedder
 
 MAX_QUERY_CHARS = 4000
 # Weight of the BM25 list in reciprocal rank fusion (dense gets the rest; 0.5 is plain RRF).

@@ -8,7 +8,7 @@ import sys
 
 import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Haystack loads)
 from ragkit.config import RagConfig
-from ragkit.rag import DEFAULT_INDEX_DIR
+from ragkit.pipeline.rag import DEFAULT_INDEX_DIR
 
 
 def _config(args) -> RagConfig:
@@ -27,7 +27,7 @@ def _config(args) -> RagConfig:
 
 
 def cmd_index(args, console) -> int:
-    from ragkit.indexer import build_index
+    from ragkit.index.indexer import build_index
 
     report = build_index(args.path, args.index_dir, _config(args), rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet)
     console.print(
@@ -43,8 +43,8 @@ def cmd_index(args, console) -> int:
 def cmd_ask_agentic(args, console) -> int:
     from rich.table import Table
 
-    from ragkit.agentic import AgenticRAG
-    from ragkit.features import Features
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
 
     features = Features.from_yaml(args.features) if args.features else Features()
     if args.all_features:
@@ -87,7 +87,7 @@ def cmd_ask_agentic(args, console) -> int:
 def cmd_ask(args, console) -> int:
     from rich.table import Table
 
-    from ragkit.rag import RAG
+    from ragkit.pipeline.rag import RAG
 
     if args.features or args.all_features:
         return cmd_ask_agentic(args, console)
@@ -135,8 +135,8 @@ def cmd_ask(args, console) -> int:
 
 
 def cmd_info(args, console) -> int:
-    from ragkit.index import RagIndex
-    from ragkit.models import EMBEDDED_LLMS
+    from ragkit.index.store import RagIndex
+    from ragkit.llm.models import EMBEDDED_LLMS
 
     config = _config(args)
     console.print(f"embedder: {config.models.embedder}; LLM: {config.models.llm} via {config.models.llm_backend}")
@@ -185,10 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from ragkit.index import IndexError_
-    from ragkit.ingest import IngestError
-    from ragkit.models import MissingModelError
-    from ragkit.retrieval import QueryError
+    from ragkit.index.store import IndexError_
+    from ragkit.index.ingest import IngestError
+    from ragkit.llm.models import MissingModelError
+    from ragkit.index.retrieval import QueryError
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)

@@ -31,9 +31,9 @@ import numpy as np
 
 from haystack import Document
 
-from ragkit.evaluation import content_words, lexical_support, normalize_answer, strip_citations
+from ragkit.eval.metrics import content_words, lexical_support, normalize_answer, strip_citations
 
-CALIBRATION_FILE = Path(__file__).resolve().parent / "data" / "confidence_calibration.json"
+CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "confidence_calibration.json"
 DEFINITION = "correct = SQuAD token F1 >= 0.5 against the gold answers (official normalisation, citations stripped); a decline counts as not correct"
 CORRECT_F1 = 0.5
 FAILED_STEP_CAP = 0.45  # under ◐: a failed step can only lower confidence

@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from ragkit.models import MissingModelError
+from ragkit.llm.models import MissingModelError
 
 HHEM_HUB_ID = "vectara/hallucination_evaluation_model"
 HHEM_TOKENIZER_HUB_ID = "google/flan-t5-base"

@@ -4,11 +4,11 @@ batch ablations — logic here, notebooks stay one-liners.
 Everything is drivable without a browser: set a control's ``.value``, call ``.run()`` (what the Run
 button calls) and read ``last_result``, the HTML widgets' ``.value`` and ``last_figures``. That is
 how the tests check what a notebook shows. The HTML itself (tables, the summary line, A/B, ablation
-summary) is built by :mod:`ragkit.notebook_html`; its functions are importable from here too.
+summary) is built by :mod:`ragkit.ui.html`; its functions are importable from here too.
 
 Usage (in Jupyter)::
 
-    from ragkit.notebook import ControlPanel
+    from ragkit.ui.panel import ControlPanel
     panel = ControlPanel(index_dir=".ragkit/index", question="Where was Nikola Tesla born?")
     panel            # displays; flip a toggle, press Run
 """
@@ -24,18 +24,18 @@ from typing import Any, Callable
 import ipywidgets as widgets
 from haystack import tracing
 
-from ragkit.agentic import AgenticRAG, AgenticResult
+from ragkit.pipeline.engine import AgenticRAG, AgenticResult
 from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
-from ragkit.evaluation import exact_match, f1_score
-from ragkit.features import CHOICES, Features
-from ragkit.index import RagIndex
-from ragkit.llm import build_chat_generator, reset_prompt_cache
-from ragkit import plots
-from ragkit.notebook_html import (  # noqa: F401  (the notebooks import these from here)
+from ragkit.eval.metrics import exact_match, f1_score
+from ragkit.pipeline.features import CHOICES, Features
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
+from ragkit.ui import plots
+from ragkit.ui.html import (  # noqa: F401  (the notebooks import these from here)
     ab_compare, comparison_html, confidence_text, format_grade, format_value, result_html, result_sentence, setup_html,
     short_id, sources_rows, summary_html, summary_table_html, table_html, trace_rows,
 )
-from ragkit.trace import Step
+from ragkit.pipeline.trace import Step
 
 # Where each Features field sits in the panel, and the range of its slider.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -169,7 +169,7 @@ class ControlPanel:
 
     While a question runs the previous result is cleared, Run is disabled and a status line shows
     the step now running (from the trace as it grows). Plots are shown as PNG images rendered once
-    from figures pyplot never sees (see :mod:`ragkit.plots` for why)."""
+    from figures pyplot never sees (see :mod:`ragkit.ui.plots` for why)."""
 
     def __init__(
         self,

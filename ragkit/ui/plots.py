@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from ragkit.calibration import expected_calibration_error, reliability_bins
-from ragkit.trace import ONE_TIME_STEPS, Trace, one_time_seconds, per_question_seconds  # noqa: F401  (re-exported)
+from ragkit.eval.calibration import expected_calibration_error, reliability_bins
+from ragkit.pipeline.trace import ONE_TIME_STEPS, Trace, one_time_seconds, per_question_seconds  # noqa: F401  (re-exported)
 
 LLM_COLOR, STEP_COLOR, ONE_TIME_COLOR = "#d1495b", "#66a182", "#b8b8b8"
 HIGH_COLOR, MID_COLOR, LOW_COLOR = "#66a182", "#edae49", "#d1495b"
@@ -266,9 +266,9 @@ def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "
 
 
 def recall_curves(rows: list[dict], ks: tuple[int, ...] = (1, 2, 3, 5, 10, 20), ax=None, title: str = "gold paragraph found in the top k"):
-    """Recall@k per retrieval mode (rows from :func:`ragkit.experiments.retrieval_ranks` or
-    :func:`~ragkit.experiments.hyde_ranks`)."""
-    from ragkit.experiments import recall_at
+    """Recall@k per retrieval mode (rows from :func:`ragkit.eval.experiments.retrieval_ranks` or
+    :func:`~ragkit.eval.experiments.hyde_ranks`)."""
+    from ragkit.eval.experiments import recall_at
 
     fig, ax = _axes(ax, (6, 3.6))
     for mode in (rows[0]["ranks"] if rows else {}):
@@ -285,7 +285,7 @@ def recall_curves(rows: list[dict], ks: tuple[int, ...] = (1, 2, 3, 5, 10, 20), 
 
 
 def router_bars(results: dict[str, dict[str, Any]]):
-    """Accuracy and median latency per router backend (from :func:`ragkit.experiments.router_accuracy`)."""
+    """Accuracy and median latency per router backend (from :func:`ragkit.eval.experiments.router_accuracy`)."""
     fig = new_figure((10, 3.2))
     left, right = fig.subplots(1, 2)
     names = list(results)

@@ -1,9 +1,9 @@
-"""``AgenticRAG``: the components assembled from one :class:`~ragkit.features.Features` config.
+"""``AgenticRAG``: the components assembled from one :class:`~ragkit.pipeline.features.Features` config.
 
 Order of steps (each only when its toggle is on): route → embed → HyDE → retrieve → rerank →
 grade → answer → hallucination check → self-correction → confidence. Every step runs inside a
 Haystack tracing span named like Pipeline's own (``haystack.component.run``), so the
-:class:`~ragkit.trace.RagkitTracer` that traces user pipelines also traces this one, and a step
+:class:`~ragkit.pipeline.trace.RagkitTracer` that traces user pipelines also traces this one, and a step
 that raises is recorded and switched off for this question instead of failing it.
 
 With the hallucination check on, answering and checking run as one Haystack pipeline loop
@@ -37,14 +37,14 @@ from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
 from ragkit.components.self_correction import SelfCorrectingAnswerer
 from ragkit.config import RagConfig
-from ragkit.features import Features
-from ragkit.index import RagIndex
-from ragkit.llm import build_chat_generator
-from ragkit.prompts import NO_ANSWER, answer_task, context_messages
-from ragkit.retrieval import HybridRetriever, check_query
-from ragkit.sentence_vectors import SentenceVectorCache
-from ragkit.structured import answer_constraint, call_llm, parse_answer
-from ragkit.trace import RagkitTracer, Trace
+from ragkit.pipeline.features import Features
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_chat_generator
+from ragkit.llm.prompts import NO_ANSWER, answer_task, context_messages
+from ragkit.index.retrieval import HybridRetriever, check_query
+from ragkit.index.sentence_vectors import SentenceVectorCache
+from ragkit.llm.structured import answer_constraint, call_llm, parse_answer
+from ragkit.pipeline.trace import RagkitTracer, Trace
 
 DIRECT_SYSTEM = "Answer briefly and helpfully."
 TOKEN_SIGNALS = ("token_p_mean", "token_p_min", "token_p_first")

@@ -19,9 +19,9 @@ from typing import Any, Callable
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llama_probe import LlamaProbe, probe_for, prompt_cache_split
-from ragkit.prompts import NO_ANSWER
-from ragkit.trace import record
+from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.trace import record
 
 
 @dataclass

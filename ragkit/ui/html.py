@@ -1,6 +1,6 @@
 """What the notebooks show people, as HTML: tables (escaped, aligned, units), the result summary line,
 the A/B comparison and the ablation summary. Pure functions of results, so tests check the text a
-learner reads; :mod:`ragkit.notebook` puts them in widgets."""
+learner reads; :mod:`ragkit.ui.panel` puts them in widgets."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from haystack import Document
 
-from ragkit import plots
-from ragkit.agentic import AgenticResult
-from ragkit.trace import Trace
+from ragkit.ui import plots
+from ragkit.pipeline.engine import AgenticResult
+from ragkit.pipeline.trace import Trace
 
 _NUMBER = re.compile(r"^[<≈]?-?[\d,]+(\.\d+)?(\s?(ms|s|min \d+ s|%|/10))?$")
 _SHORT = 40  # columns whose values are all this short never wrap ("0 → 3", "sentence_vectors")

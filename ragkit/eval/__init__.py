@@ -1,0 +1,1 @@
+"""Measuring: metrics, experiments and calibration shared by the notebooks, tests and bench/."""

@@ -1,0 +1,1 @@
+"""What a person sees: notebook panel, plots, HTML tables and the command line."""
