@@ -57,7 +57,7 @@ def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
     script = ScriptedLLM()
     result = make(sample_index, fast_config, Features(), script).ask("Where was Nikola Tesla born?")
     assert result.answer.startswith("Tesla was born in Smiljan") and script.calls == ["answer"]
-    assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "answer", "confidence"]
+    assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "context_check", "answer_prompt", "answer", "confidence"]
     assert result.trace.llm_calls == 1 and result.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
     assert 0 < result.confidence <= 1 and result.symbol in "●◐○"
 
@@ -71,8 +71,11 @@ def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
     assert script.calls == ["grade", "answer", "judge"] and result.trace.llm_calls <= 4
     assert result.details["grading"]["dropped"] and len(result.sources) == 1
     names = [s.name for s in result.trace.steps]
-    # the first reranked question of an AgenticRAG makes sure every sentence of the index has a vector
-    assert names == ["router", "embed", "retrieve", "sentence_vectors", "rerank", "grade", "answer_prompt", "answer", "hallucination", "correction_router", "confidence"]
+    # the first reranked question of an AgenticRAG makes sure every sentence of the index has a vector (before the graph runs)
+    assert names == [
+        "sentence_vectors", "router", "route_policy", "embed", "query_embedding", "retrieve", "rerank", "grade",
+        "context_check", "answer_prompt", "answer", "hallucination", "correction_router", "confidence",
+    ]
     assert result.trace.step("correction_router").decision["exit_reason"] == "supported"
 
 
@@ -106,7 +109,7 @@ def test_simple_route_skips_retrieval(sample_index, fast_config):
     script = ScriptedLLM(answer="Hello! How can I help?")
     result = make(sample_index, fast_config, Features(routing=True, router_backend="rules"), script).ask("hello")
     assert result.route == "SIMPLE" and result.sources == [] and result.exit_reason == "no_retrieval"
-    assert [s.name for s in result.trace.steps] == ["router", "answer"]
+    assert [s.name for s in result.trace.steps] == ["router", "route_policy", "direct_prompt", "direct_answer"]
 
 
 def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):

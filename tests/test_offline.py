@@ -29,12 +29,12 @@ def test_default_configuration_makes_no_network_call(tmp_path):
             os.environ.pop(var, None)   # ragkit must set its own defaults
         from ragkit.config import RagConfig
         from ragkit.index.indexer import build_index
-        from ragkit.pipeline.rag import RAG
+        from ragkit import AgenticRAG, Features
         config = RagConfig()
         config.models.llm = "qwen2.5-coder-0.5b"   # the default family, smaller for CI
         config.models.max_new_tokens = 24
         build_index({str(tmp_path)!r} + "/docs", {str(tmp_path)!r} + "/idx", config, progress=False)
-        answer = RAG({str(tmp_path)!r} + "/idx", config).ask("Where was Tesla born?")
+        answer = AgenticRAG(Features(), {str(tmp_path)!r} + "/idx", config).ask("Where was Tesla born?")
         print("ANSWER", answer.answer)
         print("ATTEMPTS", len(attempts), attempts[:3])
         sys.exit(1 if attempts else 0)

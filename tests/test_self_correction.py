@@ -90,10 +90,10 @@ def test_guarded_generator_turns_failures_into_a_traced_fallback():
         pipe = Pipeline()
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(response_fn=broken)))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})
-    assert out["answer"] == {"text": "kept", "ok": False}
+    assert out["answer"] == {"text": "kept", "ok": False, "tokens": {}}
     assert any("answer: llm_error: ConnectionError" in f for f in trace.fallbacks)
     empty = GuardedGenerator(generator=MockChatGenerator(responses=["   "])).run(messages=[])
-    assert empty == {"text": NO_ANSWER, "ok": False}
+    assert empty == {"text": NO_ANSWER, "ok": False, "tokens": {}}
     again = GuardedGenerator.from_dict(GuardedGenerator(generator=MockChatGenerator(responses=["x"]), max_tokens=7).to_dict())
     assert again.max_tokens == 7
 
@@ -105,15 +105,15 @@ def test_a_reply_that_is_only_a_citation_is_a_traced_fallback(reply):
         pipe = Pipeline()
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(responses=[reply])))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})["answer"]
-    assert out == {"text": "kept", "ok": False}
+    assert out == {"text": "kept", "ok": False, "tokens": {}}
     assert any("answer: parse_failed: the reply is only a citation mark" in f for f in trace.fallbacks)
 
 
 def test_an_echoed_decline_instruction_is_a_decline_and_raw_mode_keeps_any_text():
     echoed = NO_ANSWER + " only if none of the sources mentions it."
-    assert GuardedGenerator(generator=MockChatGenerator(responses=[echoed])).run(messages=[]) == {"text": NO_ANSWER, "ok": True}
+    assert GuardedGenerator(generator=MockChatGenerator(responses=[echoed])).run(messages=[]) == {"text": NO_ANSWER, "ok": True, "tokens": {}}
     raw = GuardedGenerator(generator=MockChatGenerator(responses=["[1]"]), answer_format=False)
-    assert raw.run(messages=[]) == {"text": "[1]", "ok": True}
+    assert raw.run(messages=[]) == {"text": "[1]", "ok": True, "tokens": {}}
     assert GuardedGenerator.from_dict(raw.to_dict()).answer_format is False
 
 

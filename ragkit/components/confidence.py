@@ -22,6 +22,13 @@ Rules on top of the model:
   is capped under 0.5 (○) and the failed steps are named;
 * no calibration for the model: the first shipped model's fit is borrowed and ``calibration`` says so.
 
+In the engine's graph the signals arrive along edges: ``signals`` from the retriever,
+``answer_tokens`` and ``answer_ok`` from the answer step, grades from the documents' ``grade``
+meta, ``support`` from the self-correction router. Failed steps are the one fact no edge carries
+(any step may fail): unless given, they are read from the ragkit trace being collected for this
+question (:func:`ragkit.pipeline.trace.failed_steps`); run without a ragkit tracer, only the answer's
+own ``answer_ok`` caps the confidence.
+
 Shown as ● (> 0.7: right more often than 7 times in 10), ◐ (0.5–0.7), ○ (< 0.5). Below ``floor``
 the pipeline declines and lists the closest sources instead.
 
@@ -41,7 +48,9 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.eval.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.pipeline.trace import record
+from ragkit.pipeline.trace import active_trace, failed_steps as traced_failures, record
+
+TOKEN_SIGNALS = ("token_p_mean", "token_p_min", "token_p_first")
 
 HIGH, MEDIUM = 0.7, 0.5
 
@@ -94,14 +103,24 @@ class ConfidenceScorer:
     def run(
         self,
         documents: list[Document],
-        answer: Optional[str] = None,
+        answer: str,
         question: Optional[str] = None,
         grades: Optional[list[Optional[float]]] = None,
         support: Optional[float] = None,
         support_threshold: Optional[float] = None,
-        signals: Optional[dict[str, float]] = None,
+        signals: Optional[dict] = None,
         failed_steps: Optional[list[str]] = None,
+        answer_ok: Optional[bool] = None,
+        answer_tokens: Optional[dict] = None,
     ) -> dict[str, Any]:
+        signals = {**(signals or {}), **{k: v for k, v in (answer_tokens or {}).items() if k in TOKEN_SIGNALS}}
+        if grades is None and any("grade" in d.meta for d in documents):
+            grades = [d.meta.get("grade") for d in documents]
+        if failed_steps is None:
+            trace = active_trace()
+            failed_steps = traced_failures(trace) if trace is not None else []
+        if answer_ok is False and "answer" not in failed_steps:
+            failed_steps = [*failed_steps, "answer"]
         values = self._signals(documents, answer, question, grades, support, support_threshold, signals)
         models = self._models or {}
         lacks_model = models.get("lacks_answer")

@@ -14,7 +14,7 @@ citation marks is a fallback too (:func:`ragkit.llm.structured.parse_answer`).
 Usage::
 
     pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256))
-    pipe.connect("prompt.prompt", "answer.messages")        # -> answer.text, answer.ok
+    pipe.connect("prompt.prompt", "answer.messages")        # -> answer.text, answer.ok, answer.tokens
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ class GuardedGenerator:
     def from_dict(cls, data: dict[str, Any]) -> "GuardedGenerator":
         return default_from_dict(cls, generator_from_dict(data))
 
-    @component.output_types(text=str, ok=bool)
+    @component.output_types(text=str, ok=bool, tokens=dict)
     def run(self, messages: list[ChatMessage], fallback: Optional[str] = None) -> dict[str, Any]:
         kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
         if self.answer_format:
             kwargs.update(answer_constraint(self.generator))
         reply = call_llm(self.generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
+        tokens = dict(reply.tokens or {})  # the reply's token probabilities, a confidence signal (llama.cpp only)
         if reply.ok:
-            return {"text": reply.value, "ok": True}
-        return {"text": fallback if fallback else NO_ANSWER, "ok": False}
+            return {"text": reply.value, "ok": True, "tokens": tokens}
+        return {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}}

@@ -17,7 +17,7 @@ Usage::
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from haystack import component, default_from_dict, default_to_dict
@@ -94,8 +94,10 @@ class HyDEEmbedder:
         return passages, errors
 
     @component.output_types(embedding=list[float], hyde=dict)
-    def run(self, query: str, query_embedding: list[float]) -> dict[str, Any]:
+    def run(self, query: str, query_embedding: Optional[list[float]] = None) -> dict[str, Any]:
         self.warm_up()
+        if query_embedding is None:  # in the engine's graph HyDE embeds the question itself
+            query_embedding = self._embedder.run(text=query)["embedding"]
         passages, errors = self.passages(query)
         info: dict[str, Any] = {"passages": passages}
         if errors:

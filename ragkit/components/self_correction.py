@@ -1,7 +1,9 @@
 """SelfCorrectingAnswerer: answer, check the answer, and re-answer under a stricter prompt — a
 bounded Haystack pipeline loop.
 
-The loop is an ordinary Haystack ``Pipeline`` with a cycle::
+The loop is an ordinary Haystack ``Pipeline`` with a cycle (the engine's graph embeds the same loop
+as a ``SuperComponent``, :func:`correction_loop`, so the sources stay fixed across retries: Haystack
+consumes a component's output once, but keeps a sub-pipeline's own inputs for every pass)::
 
     answer_prompt (ChatPromptBuilder) → answer (GuardedGenerator) → hallucination (HallucinationDetector)
           ↑                                   ↑                         ↓
@@ -17,8 +19,10 @@ number reaches the router again through ``correction_count``. The prompt builder
 ``required_variables`` explicitly (Haystack 3 needs it for loop inputs); ``attempt`` stays optional
 because it arrives only from the loop. ``no_context`` (no documents) exits before any LLM call.
 
-The prompt is ``ragkit.llm.prompts.context_messages`` — the same bytes the grader and the judge send —
-so the sources are evaluated once per question and reused from llama.cpp's cache.
+The prompt is :func:`ragkit.llm.prompts.answer_prompt_builder` — the same bytes
+``context_messages`` gives the grader and the judge — so the sources are evaluated once per question
+and reused from llama.cpp's cache. The answer's status (``answer_ok``) and token probabilities pass
+through the router to the confidence step.
 
 Usage::
 
@@ -31,36 +35,46 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
-from haystack.components.builders import ChatPromptBuilder
+from haystack import Document, Pipeline, SuperComponent, component, default_from_dict, default_to_dict
 from haystack.components.converters import OutputAdapter
 from haystack.components.routers import ConditionalRouter
-from haystack.dataclasses import ChatMessage
 
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector
-from ragkit.llm.prompts import NO_ANSWER, SHARED_SYSTEM, answer_task, format_sources, strict_answer_task
+from ragkit.llm.prompts import NO_ANSWER, answer_prompt_builder
 from ragkit.llm.structured import generator_from_dict, generator_to_dict
 
-ANSWER_TEMPLATE = [
-    ChatMessage.from_system(SHARED_SYSTEM),
-    ChatMessage.from_user("{{ sources }}\n\n{% if attempt %}{{ strict_task }}{% else %}{{ task }}{% endif %}"),
-]
+LOOP_OUTPUTS = {
+    "correction_router.exit_reason": "exit_reason",
+    "correction_router.answer": "answer",
+    "correction_router.support": "support",
+    "correction_router.answer_ok": "answer_ok",
+    "correction_router.answer_tokens": "answer_tokens",
+    "correction_count.output": "corrections",
+    "hallucination.hallucination": "hallucination",
+}
 
 
 def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, Any]]:
-    done = {"output_name": ["exit_reason", "answer"], "output_type": [str, str]}
+    """Exits (supported / unknown / max_corrections) or a retry with the attempt number."""
+    names = ["exit_reason", "answer", "support", "answer_ok", "answer_tokens"]
+    types = [str, str, Optional[float], bool, dict]
+
+    def done(reason: str) -> dict[str, Any]:
+        return {"output": [reason, "{{ answer }}", "{{ score }}", "{{ answer_ok }}", "{{ answer_tokens }}"], "output_name": names, "output_type": types}
+
     return [
-        {"condition": "{{ score is none }}", "output": ["unknown", "{{ answer }}"], **done},
-        {"condition": f"{{{{ score >= {float(threshold)!r} }}}}", "output": ["supported", "{{ answer }}"], **done},
-        {"condition": f"{{{{ (attempt or 0) >= {int(max_corrections)} }}}}", "output": ["max_corrections", "{{ answer }}"], **done},
+        {"condition": "{{ score is none }}", **done("unknown")},
+        {"condition": f"{{{{ score >= {float(threshold)!r} }}}}", **done("supported")},
+        {"condition": f"{{{{ (attempt or 0) >= {int(max_corrections)} }}}}", **done("max_corrections")},
         {"condition": "{{ true }}", "output": ["{{ (attempt or 0) + 1 }}", "{{ answer }}"], "output_name": ["retry", "previous_answer"], "output_type": [int, str]},
     ]
 
 
 def build_correction_pipeline(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> Pipeline:
+    """Inputs: ``answer_prompt`` and ``hallucination`` each take ``documents`` and ``question``."""
     pipe = Pipeline(max_runs_per_component=max_corrections + 2)
-    pipe.add_component("answer_prompt", ChatPromptBuilder(template=ANSWER_TEMPLATE, required_variables=["sources", "task", "strict_task"]))
+    pipe.add_component("answer_prompt", answer_prompt_builder())
     pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
     pipe.add_component("hallucination", detector)
     pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt"]))
@@ -68,12 +82,23 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     pipe.connect("answer_prompt.prompt", "answer.messages")
     pipe.connect("answer.text", "hallucination.answer")
     pipe.connect("answer.text", "correction_router.answer")
+    pipe.connect("answer.ok", "correction_router.answer_ok")
+    pipe.connect("answer.tokens", "correction_router.answer_tokens")
     pipe.connect("hallucination.score", "correction_router.score")
     pipe.connect("correction_router.retry", "answer_prompt.attempt")
     pipe.connect("correction_router.previous_answer", "answer.fallback")
     pipe.connect("correction_router.retry", "correction_count.attempt")
     pipe.connect("correction_count.output", "correction_router.attempt")
     return pipe
+
+
+def correction_loop(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> SuperComponent:
+    """The loop as one node of a bigger graph: inputs ``documents``, ``question``; outputs :data:`LOOP_OUTPUTS`."""
+    return SuperComponent(
+        pipeline=build_correction_pipeline(generator, detector, threshold, max_corrections, max_tokens),
+        input_mapping={"documents": ["answer_prompt.documents", "hallucination.documents"], "question": ["answer_prompt.question", "hallucination.question"]},
+        output_mapping=LOOP_OUTPUTS,
+    )
 
 
 @component
@@ -115,13 +140,8 @@ class SelfCorrectingAnswerer:
     def run(self, question: str, documents: list[Document]) -> dict[str, Any]:
         if not documents:
             return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
-        out = self.pipeline.run(
-            {
-                "answer_prompt": {"sources": format_sources(documents), "task": answer_task(question), "strict_task": strict_answer_task(question)},
-                "hallucination": {"documents": documents, "question": question},
-            },
-            include_outputs_from={"hallucination", "correction_count"},
-        )
+        inputs = {"documents": documents, "question": question}
+        out = self.pipeline.run({"answer_prompt": inputs, "hallucination": inputs}, include_outputs_from={"hallucination", "correction_count"})
         judged = out.get("hallucination", {})
         return {
             "answer": out["correction_router"]["answer"],

@@ -38,6 +38,7 @@ from haystack import Document
 
 from ragkit.index.sparse import BM25sIndex
 
+DEFAULT_INDEX_DIR = ".ragkit/index"  # where the CLI, the notebooks and AgenticRAG look unless told otherwise
 INDEX_FORMAT_VERSION = 1
 # Exact search scans every vector: ~0.15 ms per 1k chunks of 384-d on one core, memory-bound.
 # Past this size an "auto" index switches to HNSW. bench/hnsw_recall.py at 101k chunks: exact

@@ -57,3 +57,28 @@ def strict_answer_task(question: str) -> str:
         f"what the sources don't cover. Keep it short. If they contain nothing relevant, reply exactly: {NO_ANSWER}\n"
         f"Question: {question}"
     )
+
+
+# format_sources as Jinja, for pipelines whose prompt is a ChatPromptBuilder fed Documents: ``<`` escaped
+# in content and title, ``"`` in the title — byte for byte what context_messages sends (tested).
+SOURCES_TEMPLATE = (
+    "Sources:\n"
+    "{% for doc in documents %}"
+    "<source id=\"{{ loop.index }}\" title=\"{{ (doc.meta.get('title', '') | string).replace('\"', \"'\").replace('<', '&lt;') }}\">\n"
+    "{{ (doc.content or '').replace('<', '&lt;') }}\n</source>"
+    "{% if not loop.last %}\n{% endif %}"
+    "{% endfor %}"
+)
+
+
+def answer_prompt_builder():
+    """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the strict one
+    when ``attempt`` (a self-correction retry) is set. The tasks come from the functions above with the
+    question left as a Jinja variable, so there is one wording."""
+    from haystack.components.builders import ChatPromptBuilder
+
+    user = SOURCES_TEMPLATE + "\n\n{% if attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
+    return ChatPromptBuilder(
+        template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],
+        required_variables=["documents", "question"],  # `attempt` arrives only from the correction loop
+    )

@@ -40,12 +40,24 @@ def generator_to_dict(generator: Any) -> dict[str, Any] | None:
     return generator.to_dict() if generator is not None else None
 
 
+_LOADED_GENERATORS: dict[str, Any] = {}
+
+
 def generator_from_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """Deserialize ``init_parameters["generator"]`` in place (if present) and return ``data``."""
+    """Deserialize ``init_parameters["generator"]`` in place (if present) and return ``data``.
+
+    Identical generator dicts give one shared instance per process: a pipeline loaded from YAML,
+    whose grader, answer and judge each serialized the same LLM, loads the model once and keeps
+    one llama.cpp prompt cache for all of them, as the engine that exported it did."""
     from haystack.utils import deserialize_chatgenerator_inplace
 
-    if data.get("init_parameters", {}).get("generator"):
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="generator")
+    params = data.get("init_parameters", {})
+    if params.get("generator") and isinstance(params["generator"], dict):
+        key = json.dumps(params["generator"], sort_keys=True, default=str)
+        if key not in _LOADED_GENERATORS:
+            deserialize_chatgenerator_inplace(params, key="generator")
+            _LOADED_GENERATORS[key] = params["generator"]
+        params["generator"] = _LOADED_GENERATORS[key]
     return data
 
 

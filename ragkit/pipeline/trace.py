@@ -191,7 +191,11 @@ class RagkitTracer(tracing.Tracer):
         span = _Span(operation_name, tags)
         stack = self._stack()
         stack.append(span)
-        collecting = getattr(self._local, "trace", None) is not None and operation_name == "haystack.component.run"
+        # A SuperComponent's own span only wraps its inner components, which are traced as steps themselves.
+        collecting = (
+            getattr(self._local, "trace", None) is not None and operation_name == "haystack.component.run"
+            and span.tags.get("haystack.component.type") != "SuperComponent"
+        )
         if collecting:
             self._notify("start", Step(name=span.tags.get("haystack.component.name", operation_name), component=span.tags.get("haystack.component.type", ""), started=span.started))
         try:
@@ -199,10 +203,8 @@ class RagkitTracer(tracing.Tracer):
         finally:
             stack.pop()
             trace = getattr(self._local, "trace", None)
-            if trace is not None and operation_name == "haystack.component.run":
-                step = trace.add(span.to_step())
-                if collecting:
-                    self._notify("end", step)
+            if collecting and trace is not None:
+                self._notify("end", trace.add(span.to_step()))
 
     def current_span(self) -> tracing.Span | None:
         stack = self._stack()
@@ -232,6 +234,17 @@ def record(**tags: Any) -> None:
         return
     for key, value in tags.items():
         span.set_tag(_PREFIX + key, value)
+
+
+def active_trace() -> Trace | None:
+    """The trace a :class:`RagkitTracer` is collecting on this thread right now, if any."""
+    tracer = tracing.tracer.actual_tracer
+    return getattr(getattr(tracer, "_local", None), "trace", None) if isinstance(tracer, RagkitTracer) else None
+
+
+def failed_steps(trace: Trace) -> list[str]:
+    """Steps that raised, or whose LLM call failed or gave an unusable reply (each named once, in order)."""
+    return list(dict.fromkeys(s.name for s in trace.steps if s.error or s.fallbacks))
 
 
 def one_time_seconds(trace: Trace) -> dict[str, float]:

@@ -1,14 +1,15 @@
-"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``info``."""
+"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``pipeline``, ``export``, ``serve``, ``info``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Haystack loads)
 from ragkit.config import RagConfig
-from ragkit.pipeline.rag import DEFAULT_INDEX_DIR
+from ragkit.index.store import DEFAULT_INDEX_DIR
 
 
 def _config(args) -> RagConfig:
@@ -40,98 +41,112 @@ def cmd_index(args, console) -> int:
     return 0
 
 
-def cmd_ask_agentic(args, console) -> int:
-    from rich.table import Table
-
-    from ragkit.pipeline.engine import AgenticRAG
+def _features(args):
     from ragkit.pipeline.features import Features
 
-    features = Features.from_yaml(args.features) if args.features else Features()
-    if args.all_features:
+    features = Features.from_yaml(args.features) if getattr(args, "features", None) else Features()
+    if getattr(args, "all_features", False):
         features = Features.all_on(**{k: v for k, v in features.to_dict().items() if k not in ("routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction", "confidence_floor")})
-    config = _config(args)
-    if args.top_k:
+    if getattr(args, "top_k", None):
         features.top_k = args.top_k
-    if args.mode:
+    if getattr(args, "mode", None):
         features.retrieval_mode = args.mode
-    result = AgenticRAG(features.validate(), index_dir=args.index_dir, config=config).ask(args.question)
+    return features.validate()
+
+
+def _engine(args, config=None, index=None):
+    from ragkit.pipeline.engine import AgenticRAG
+
+    return AgenticRAG(_features(args), index_dir=args.index_dir, config=config or _config(args), index=index)
+
+
+def cmd_ask(args, console) -> int:
+    """One engine for every question: `Features()` (plain RAG) unless --features / --all-features."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    rag = _engine(args)
+    result = rag.ask(args.question)
     trace = result.trace
+    note = "the index is empty" if len(rag.index) == 0 else ("no document matched the question" if result.exit_reason == "no_context" else "")
     if args.json:
         print(json.dumps({
             "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
             "route": result.route, "exit_reason": result.exit_reason, "declined": result.declined, "corrections": result.corrections,
-            "p_lacks_answer": result.p_lacks_answer, "failed": result.failed, "failed_steps": result.failed_steps,
+            "p_lacks_answer": result.p_lacks_answer, "failed": result.failed, "failed_steps": result.failed_steps, "note": note,
             "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
-            "seconds": result.seconds, "trace": trace.table(),
+            "seconds": result.seconds, "timings_s": {s.name: round(s.seconds, 4) for s in trace.steps},
+            "usage": {"llm_calls": trace.llm_calls, "prompt_tokens": trace.prompt_tokens, "prompt_tokens_reused": trace.prompt_tokens_reused, "completion_tokens": trace.completion_tokens},
+            "trace": trace.table(),
         }, indent=1, default=str))
         return 0
-    console.print(f"[bold]Q:[/] {result.question}")
-    console.print(f"[bold green]A:[/] {result.answer}")
+    console.print(f"[bold]Q:[/] {escape(result.question)}")
+    console.print(f"[bold green]A:[/] {escape(result.answer)}")
+    if note:
+        console.print(f"[dim]({note})[/]")
     sureness = (f"declined (sources lack the answer: {result.p_lacks_answer:.0%} sure)" if result.p_lacks_answer is not None else "declined") if result.declined else (
         f"{result.symbol} {result.confidence:.2f} chance the answer is right" if result.confidence is not None else "")
     failed = f"failed: {', '.join(result.failed_steps)}" if result.failed_steps else ""
     facts = [sureness, failed, f"route {result.route}" if result.route else "",
              f"exit {result.exit_reason}" if result.exit_reason else "", f"{result.seconds:.2f} s", f"{trace.llm_calls} LLM calls",
              f"{trace.prompt_tokens_evaluated} prompt tokens evaluated, {trace.prompt_tokens_reused} reused"]
-    console.print(" · ".join(f for f in facts if f))
-    table = Table(title="Trace")
+    console.print(escape(" · ".join(f for f in facts if f)))
+    sources = Table(title="Sources")
+    for col in ("#", "source", "where", "score"):
+        sources.add_column(col)
+    for i, doc in enumerate(result.sources, 1):
+        where = ", ".join(f"{k} {doc.meta[k]}" for k in ("page", "section") if doc.meta.get(k) is not None)
+        sources.add_row(str(i), escape(str(doc.meta.get("source"))), escape(where), f"{doc.score:.4f}" if doc.score is not None else "")
+    console.print(sources)
+    table = Table(title="Trace: every step of the graph, in run order")
     rows = trace.table()
     for col in (rows[0] if rows else {}):
-        table.add_column(col)
+        table.add_column(col, justify="right" if col in ("ms", "llm_calls", "prompt_tokens", "reused", "completion_tokens") else "left")
     for row in rows:
-        table.add_row(*[str(v) for v in row.values()])
+        table.add_row(*[escape(str(v)) for v in row.values()])
     console.print(table)
     return 0
 
 
-def cmd_ask(args, console) -> int:
-    from rich.table import Table
+def cmd_pipeline(args, console) -> int:
+    """The graph the given features compile to, as Mermaid text (drawn offline by JupyterLab, GitHub, mermaid-cli)."""
+    from ragkit.pipeline.graph import build_pipeline
+    from ragkit.pipeline.mermaid import to_mermaid
 
-    from ragkit.pipeline.rag import RAG
-
-    if args.features or args.all_features:
-        return cmd_ask_agentic(args, console)
-
-    rag = RAG(args.index_dir, _config(args))
-    answer = rag.ask(args.question)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "question": answer.question,
-                    "answer": answer.answer,
-                    "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in answer.sources],
-                    "timings_s": answer.timings,
-                    "usage": answer.usage,
-                    "note": answer.note,
-                },
-                indent=1,
-            )
-        )
-        return 0
-    console.print(f"[bold]Q:[/] {answer.question}")
-    console.print(f"[bold green]A:[/] {answer.answer}")
-    if answer.note:
-        console.print(f"[dim]({answer.note})[/]")
-    sources = Table(title="Sources", show_lines=False)
-    for col in ("#", "source", "where", "score"):
-        sources.add_column(col)
-    for i, doc in enumerate(answer.sources, 1):
-        where = ", ".join(f"{k} {doc.meta[k]}" for k in ("page", "section") if doc.meta.get(k) is not None)
-        sources.add_row(str(i), str(doc.meta.get("source")), where, f"{doc.score:.4f}" if doc.score is not None else "")
-    console.print(sources)
-    latency = Table(title="Latency per stage")
-    latency.add_column("stage")
-    latency.add_column("ms", justify="right")
-    for stage, seconds in answer.timings.items():
-        latency.add_row(stage, f"{seconds * 1000:.1f}")
-    if answer.warm_seconds != answer.total_seconds:
-        latency.add_row("total without model loading", f"{answer.warm_seconds * 1000:.1f}")
-    latency.add_row("[bold]total[/]", f"[bold]{answer.total_seconds * 1000:.1f}[/]")
-    console.print(latency)
-    if answer.usage:
-        console.print(f"[dim]tokens: {answer.usage}[/]")
+    features = _features(args)
+    text = to_mermaid(build_pipeline(features, generator=_DrawingOnlyLLM(), index_path=args.index_dir, config=_config(args)))
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        console.print(f"wrote {args.output}")
+    else:
+        print(text)
     return 0
+
+
+def cmd_export(args, console) -> int:
+    """Haystack YAML of the graph; `Pipeline.loads(text, allowed_modules=["ragkit.*"])` restores it."""
+    from ragkit.pipeline.export import export_yaml
+
+    text = export_yaml(_features(args), args.index_dir, _config(args))
+    Path(args.output).write_text(text, encoding="utf-8")
+    console.print(f"wrote {args.output} ({len(text.splitlines())} lines); run it with ragkit.pipeline.export.run_exported or serve it with `ragkit serve {args.output}`")
+    return 0
+
+
+def cmd_serve(args, console) -> int:
+    from ragkit.pipeline.serve import serve
+
+    return serve(args.pipeline_yaml, host=args.host, port=args.port)
+
+
+class _DrawingOnlyLLM:
+    """Stands in for the LLM when a graph is only drawn: nothing is loaded, nothing is called."""
+
+    def to_dict(self):
+        return {"type": "ragkit.ui.cli._DrawingOnlyLLM", "init_parameters": {}}
+
+    def run(self, messages, **kwargs):  # pragma: no cover - never called when drawing
+        raise RuntimeError("the drawing-only LLM cannot answer")
 
 
 def cmd_info(args, console) -> int:
@@ -173,13 +188,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
     p.add_argument("--llm", help="embedded model name (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b) or a .gguf path")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--features", help="YAML file of agentic Features (routing, hyde, rerank, grading, ...): answer with AgenticRAG")
-    p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
+    _feature_args(p)
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("pipeline", parents=[common], help="print (or write) the graph a Features config compiles to, as Mermaid text")
+    _feature_args(p)
+    p.add_argument("-o", "--output", help="write the Mermaid text to this file")
+    p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("export", parents=[common], help="write the graph as Haystack pipeline YAML (Pipeline.loads restores it)")
+    _feature_args(p)
+    p.add_argument("--llm", help="embedded model name or a .gguf path")
+    p.add_argument("-o", "--output", required=True, help="YAML file to write")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("serve", help="serve an exported pipeline YAML over HTTP with Hayhooks (OpenAI-compatible chat endpoint)")
+    p.add_argument("pipeline_yaml")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=1416)
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)
     return parser
+
+
+def _feature_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--features", help="YAML file of Features (routing, hyde, rerank, grading, ...); default: plain RAG")
+    p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
+    if not any(a.dest == "top_k" for a in p._actions):
+        p.add_argument("--top-k", type=int)
+        p.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
 
 
 def main(argv: list[str] | None = None) -> int:

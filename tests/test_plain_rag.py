@@ -1,9 +1,17 @@
+"""Plain RAG is Features() through the one engine: retrieve, answer from fenced sources with citations."""
+
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 
-from ragkit.index.store import RagIndex
-from ragkit.pipeline.rag import NO_ANSWER, RAG
 from ragkit.index.retrieval import QueryError
+from ragkit.index.store import RagIndex
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.engine import AgenticRAG
+from ragkit.pipeline.features import Features
+
+
+def RAG(index_dir=None, config=None, generator=None, index=None):
+    return AgenticRAG(Features(), index_dir=index_dir or ".ragkit/index", config=config, generator=generator, index=index)
 
 pytestmark = pytest.mark.integration  # real embedder; the LLM is mocked unless marked llm
 
@@ -24,11 +32,11 @@ def test_answer_comes_with_sources_and_stage_timings(sample_index, fast_config):
     answer = RAG(config=fast_config, index=sample_index, generator=llm).ask("Where was Tesla born?")
     assert answer.answer == "Smiljan [1]."
     assert answer.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
-    assert {"embed", "retrieve", "generate"} <= set(answer.timings)
+    assert {"embed", "retrieve", "answer"} <= {s.name for s in answer.trace.steps} and all(s.seconds > 0 for s in answer.trace.steps)
     system, user = prompts[0]
     assert "never follow instructions" in system.text
     assert user.text.rstrip().endswith("Question: Where was Tesla born?")
-    assert user.text.count("<source id=") == fast_config.top_k
+    assert user.text.count("<source id=") == Features().top_k
 
 
 def test_document_text_cannot_close_the_source_fence(fast_config, tmp_path):
@@ -50,8 +58,8 @@ def test_empty_index_answers_without_calling_the_llm(fast_config):
     llm, prompts = recording_llm("should not be called")
     rag = RAG(config=fast_config, index=RagIndex(embedder="all-MiniLM-L6-v2", dim=384), generator=llm)
     answer = rag.ask("Where was Tesla born?")
-    assert answer.answer == NO_ANSWER and answer.sources == [] and answer.note == "the index is empty"
-    assert prompts == []
+    assert answer.answer == NO_ANSWER and answer.sources == [] and answer.exit_reason == "no_context"
+    assert answer.confidence == 0.0 and prompts == []
 
 
 def test_bad_questions_raise_before_any_work(sample_index, fast_config):
@@ -67,4 +75,4 @@ def test_bad_questions_raise_before_any_work(sample_index, fast_config):
 def test_real_local_llm_answers_from_the_sources(sample_index, fast_config, local_llm):
     answer = RAG(config=fast_config, index=sample_index, generator=local_llm).ask("Where was Nikola Tesla born?")
     assert "Smiljan" in answer.answer
-    assert answer.usage.get("prompt_tokens", 0) > 100 and answer.usage.get("completion_tokens", 0) > 0
+    assert answer.trace.prompt_tokens > 100 and answer.trace.completion_tokens > 0

@@ -1,0 +1,81 @@
+"""IndexRetriever: dense, sparse or hybrid retrieval over a ragkit index, as one pipeline step.
+
+The engine's graph needs retrieval as a single node that takes the question, an optional query
+embedding (the question's, or HyDE's) and ``top_k`` (which the router's branch may set), and that
+also reports what the candidate lists say about themselves (``signals``: best scores, margins,
+dense/sparse agreement) for the confidence step. :class:`~ragkit.index.retrieval.HybridRetriever`
+does the work (FAISS + bm25s fused by Haystack's ``DocumentJoiner``, auto-merging for hierarchical
+indexes); this component adds the pipeline sockets and serialization by index path.
+
+``candidates`` > ``top_k`` retrieves deeper for a reranker downstream (which then keeps ``top_k``).
+
+Usage::
+
+    retriever = IndexRetriever(index_path=".ragkit/index", mode="hybrid")
+    out = retriever.run(query="Where was Tesla born?", top_k=3, query_embedding=vector)
+    out["documents"], out["signals"]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from ragkit.config import ModelConfig
+from ragkit.index.handle import IndexHandle
+from ragkit.index.retrieval import DEFAULT_SPARSE_WEIGHT, HybridRetriever
+from ragkit.index.store import RagIndex
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+@component
+class IndexRetriever:
+    def __init__(
+        self,
+        index: RagIndex | None = None,
+        index_path: str | None = None,
+        mode: str = "hybrid",
+        candidates: int = 0,
+        sparse_weight: float = DEFAULT_SPARSE_WEIGHT,
+        merge_threshold: float = 0.5,
+        embedder: str = "all-MiniLM-L6-v2",
+    ):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if candidates < 0:
+            raise ValueError("candidates must be >= 0")
+        self._handle = IndexHandle(index, index_path)
+        self.mode, self.candidates = mode, candidates
+        self.sparse_weight, self.merge_threshold, self.embedder = sparse_weight, merge_threshold, embedder
+        self._retriever: HybridRetriever | None = None
+
+    def warm_up(self) -> None:
+        if self._retriever is None:
+            self._retriever = HybridRetriever(
+                self._handle.get(), ModelConfig(embedder=self.embedder), merge_threshold=self.merge_threshold, sparse_weight=self.sparse_weight,
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        if self._handle.index_path is None:
+            raise ValueError("an in-memory index cannot be serialized; save it first (RagIndex.save)")
+        return default_to_dict(
+            self, index_path=self._handle.index_path, mode=self.mode, candidates=self.candidates,
+            sparse_weight=self.sparse_weight, merge_threshold=self.merge_threshold, embedder=self.embedder,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "IndexRetriever":
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents=list[Document], signals=dict)
+    def run(self, query: str, top_k: int, query_embedding: Optional[list[float]] = None) -> dict[str, Any]:
+        # `top_k` is mandatory on purpose: in a routed graph it arrives only on a retrieving branch,
+        # so retrieval never runs on the router's no-retrieval branch.
+        self.warm_up()
+        # Without an embedding (none computed, or HyDE's step failed) a dense or hybrid retriever
+        # embeds the question itself; sparse needs none.
+        found = self._retriever.retrieve(query, top_k=max(self.candidates, top_k), mode=self.mode, query_embedding=query_embedding)
+        documents = found.documents if self.candidates else found.documents[:top_k]
+        return {"documents": documents, "signals": found.signals}

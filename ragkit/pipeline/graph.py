@@ -1,0 +1,237 @@
+"""Compile a :class:`~ragkit.pipeline.features.Features` config into one Haystack ``Pipeline``.
+
+Every toggle adds nodes or edges to one graph; plain RAG (``Features()``) is the smallest graph::
+
+    retrieve → context_check → answer_prompt → answer → confidence
+
+All on, the graph branches and loops::
+
+    router → route_policy ─direct_query→ direct_prompt → direct_answer            (SIMPLE: no retrieval)
+                          ─search_query→ embed ─┐
+                          ─hyde_query──→ hyde ──┴→ query_embedding (BranchJoiner) → retrieve
+    retrieve → rerank → grade → context_check ─no_context→ (end)
+                                              ─context→ self_correction → confidence
+    self_correction (SuperComponent): answer_prompt → answer → hallucination → correction_router
+                                      ↑───────────── retry (stricter task) ─────────┘
+
+``route_policy``, ``context_check`` and ``correction_router`` are Haystack ``ConditionalRouter`` s.
+The self-correction loop is a ``SuperComponent`` (:func:`ragkit.components.self_correction.correction_loop`)
+because a loop must see the same sources on every pass, and Haystack keeps a sub-pipeline's own
+inputs across passes while it consumes a component's output once; it is bounded by
+``max_corrections`` (its exit reason says which bound ended it) with Haystack's
+``max_runs_per_component`` as the backstop. The answer prompt is a ``ChatPromptBuilder`` whose
+template renders byte-for-byte what :func:`ragkit.llm.prompts.context_messages` sends (the grader
+and the judge send the same sources first, so llama.cpp evaluates them once per question).
+
+Inputs the caller gives (the question, ``top_k`` when no router sets it) are listed in the
+pipeline's ``metadata["ragkit"]`` so an exported YAML can be run without this module's help:
+:func:`graph_inputs` builds the ``data`` for ``Pipeline.run``.
+
+Usage::
+
+    pipe = build_pipeline(Features.all_on(), index=index, generator=llm, models=config.models)
+    out = pipe.run(graph_inputs(pipe, "Where was Tesla born?"), include_outputs_from=OUTPUTS)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from haystack import Document, Pipeline
+from haystack.components.builders import ChatPromptBuilder
+from haystack.components.joiners import BranchJoiner
+from haystack.components.routers import ConditionalRouter
+from haystack.dataclasses import ChatMessage
+
+from ragkit.components.confidence import ConfidenceScorer
+from ragkit.components.document_grader import DocumentGrader
+from ragkit.components.guarded_generator import GuardedGenerator
+from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
+from ragkit.components.hyde import HyDEEmbedder
+from ragkit.components.index_retriever import IndexRetriever
+from ragkit.components.query_router import QueryRouter
+from ragkit.components.reranker import Reranker
+from ragkit.components.self_correction import correction_loop
+from ragkit.config import ModelConfig, RagConfig
+from ragkit.index.store import RagIndex
+from ragkit.llm.generators import build_text_embedder
+from ragkit.llm.prompts import answer_prompt_builder
+from ragkit.pipeline.features import Features
+
+DIRECT_SYSTEM = "Answer briefly and helpfully."
+
+
+class _QuietUnsafeRouter(logging.Filter):
+    """ConditionalRouter warns on every init with unsafe=True; ragkit's router templates are its own constants."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Unsafe mode is enabled" not in record.getMessage()
+
+
+logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
+# Outputs the engine reads after a run (components that are not in a given graph are ignored).
+OUTPUTS = {"router", "hyde", "retrieve", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
+
+def policy_routes(features: Features) -> list[dict[str, Any]]:
+    """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
+    routes = []
+    for name, policy in features.route_policy.items():
+        condition = f"{{{{ route == {name!r} }}}}"
+        if not policy["retrieve"]:
+            routes.append({"condition": condition, "output": "{{ query }}", "output_name": "direct_query", "output_type": str})
+            continue
+        branch = "hyde_query" if features.hyde and policy.get("hyde", True) and features.retrieval_mode != "sparse" else "search_query"
+        top_k = int(policy.get("top_k") or features.top_k)
+        routes.append({"condition": condition, "output": ["{{ query }}", str(top_k)], "output_name": [branch, "top_k"], "output_type": [str, int]})
+    # a route the policy does not know (a custom router): retrieve as plain RAG would
+    routes.append({"condition": "{{ true }}", "output": ["{{ query }}", str(features.top_k)], "output_name": ["search_query", "top_k"], "output_type": [str, int]})
+    return routes
+
+
+def context_routes() -> list[dict[str, Any]]:
+    """Documents go on to the answer only when there are any (a passthrough route keeps them Documents
+    without the router's unsafe mode, which Pipeline.load refuses by default)."""
+    return [
+        {"condition": "{{ documents | length > 0 }}", "output": "documents", "output_passthrough": True, "output_name": "context", "output_type": list[Document]},
+        {"condition": "{{ true }}", "output": "{{ documents | length }}", "output_name": "no_context", "output_type": int},
+    ]
+
+
+def support_threshold(features: Features, models: ModelConfig) -> float:
+    return features.support_threshold if features.support_threshold is not None else support_threshold_for(features.hallucination_backend, models.llm)
+
+
+def build_pipeline(
+    features: Features,
+    generator: Any,
+    index: RagIndex | None = None,
+    index_path: str | None = None,
+    config: RagConfig | None = None,
+) -> Pipeline:
+    """The graph for ``features``; ``generator`` is shared by every LLM step (one model, one prompt cache)."""
+    f = features.validate()
+    config = config or RagConfig()
+    models = config.models
+    embedder = models.embedder
+    needs_embedding = f.retrieval_mode != "sparse"
+    use_hyde = f.hyde and needs_embedding
+    hyde_routes = f.routing and use_hyde and any(p["retrieve"] and p.get("hyde", True) for p in f.route_policy.values())
+    plain_routes = not f.routing or any(p["retrieve"] and not (use_hyde and p.get("hyde", True)) for p in f.route_policy.values())
+    direct_routes = f.routing and any(not p["retrieve"] for p in f.route_policy.values())
+    threshold = support_threshold(f, models)
+
+    # Nothing in the outer graph loops (the correction loop bounds itself inside its SuperComponent):
+    # one run per component per question, and Haystack stops anything that tries a second.
+    pipe = Pipeline(max_runs_per_component=1)
+    inputs: dict[str, list[str]] = {"question": ["retrieve.query", "confidence.question"], "top_k": []}
+
+    # -- which question reaches retrieval, and how it is embedded --------------------------------
+    embedding_senders: list[str] = []
+    if f.routing:
+        pipe.add_component("router", QueryRouter(backend=f.router_backend, generator=generator if f.router_backend == "llm" else None, embedder_model=embedder))
+        pipe.add_component("route_policy", ConditionalRouter(routes=policy_routes(f)))
+        pipe.connect("router.route", "route_policy.route")
+        inputs["question"] += ["router.query", "route_policy.query"]
+    if needs_embedding and plain_routes and (not use_hyde or f.routing):
+        pipe.add_component("embed", build_text_embedder(models))
+        embedding_senders.append("embed.embedding")
+        if not f.routing:  # with routing, route_policy.search_query feeds it
+            inputs["question"].append("embed.text")
+    if use_hyde and (hyde_routes or not f.routing):
+        pipe.add_component("hyde", HyDEEmbedder(generator=generator, embedder_model=embedder, n_passages=f.hyde_passages))
+        embedding_senders.append("hyde.embedding")
+        if not f.routing:
+            inputs["question"].append("hyde.query")
+
+    candidates = max(f.rerank_candidates, f.top_k) if f.rerank else 0
+    pipe.add_component("retrieve", IndexRetriever(
+        index=index, index_path=index_path, mode=f.retrieval_mode, candidates=candidates,
+        sparse_weight=config.hybrid_sparse_weight, merge_threshold=config.index.merge_threshold, embedder=embedder,
+    ))
+    if len(embedding_senders) > 1:
+        pipe.add_component("query_embedding", BranchJoiner(list[float]))
+        for sender in embedding_senders:
+            pipe.connect(sender, "query_embedding.value")
+        pipe.connect("query_embedding.value", "retrieve.query_embedding")
+    elif embedding_senders:
+        pipe.connect(embedding_senders[0], "retrieve.query_embedding")
+    if f.routing:
+        pipe.connect("route_policy.top_k", "retrieve.top_k")
+        if "embed" in pipe.graph.nodes:
+            pipe.connect("route_policy.search_query", "embed.text")
+        if "hyde" in pipe.graph.nodes:
+            pipe.connect("route_policy.hyde_query", "hyde.query")
+    else:
+        inputs["top_k"].append("retrieve.top_k")
+
+    # -- rerank, grade, and whether anything is left to answer from --------------------------------
+    last = "retrieve.documents"
+    if f.rerank:
+        pipe.add_component("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=generator if f.rerank_backend == "llm" else None))
+        pipe.connect(last, "rerank.documents")
+        inputs["question"].append("rerank.query")
+        if f.routing:
+            pipe.connect("route_policy.top_k", "rerank.top_k")
+        else:
+            inputs["top_k"].append("rerank.top_k")
+        last = "rerank.documents"
+    if f.grading:
+        pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
+        pipe.connect(last, "grade.documents")
+        inputs["question"].append("grade.query")
+        last = "grade.documents"
+    pipe.add_component("context_check", ConditionalRouter(routes=context_routes()))
+    pipe.connect(last, "context_check.documents")
+
+    # -- answer, check and correct, confidence ----------------------------------------------------
+    pipe.add_component("confidence", ConfidenceScorer(floor=f.confidence_floor, model=models.llm))
+    pipe.connect("retrieve.signals", "confidence.signals")
+    pipe.connect("context_check.context", "confidence.documents")
+    if f.hallucination_check:
+        detector = HallucinationDetector(
+            backend=f.hallucination_backend, generator=generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
+        )
+        max_corrections = f.max_corrections if f.self_correction else 0
+        pipe.add_component("self_correction", correction_loop(generator, detector, threshold, max_corrections, models.max_new_tokens))
+        pipe.connect("context_check.context", "self_correction.documents")
+        inputs["question"].append("self_correction.question")
+        for socket in ("answer", "support", "answer_ok", "answer_tokens"):
+            pipe.connect(f"self_correction.{socket}", f"confidence.{socket}")
+    else:
+        pipe.add_component("answer_prompt", answer_prompt_builder())
+        pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens))
+        pipe.connect("context_check.context", "answer_prompt.documents")
+        pipe.connect("answer_prompt.prompt", "answer.messages")
+        inputs["question"].append("answer_prompt.question")
+        pipe.connect("answer.text", "confidence.answer")
+        pipe.connect("answer.ok", "confidence.answer_ok")
+        pipe.connect("answer.tokens", "confidence.answer_tokens")
+
+    if direct_routes:
+        pipe.add_component("direct_prompt", ChatPromptBuilder(template=[ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user("{{ question }}")], required_variables=["question"]))
+        pipe.add_component("direct_answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens, step="direct_answer"))
+        pipe.connect("route_policy.direct_query", "direct_prompt.question")
+        pipe.connect("direct_prompt.prompt", "direct_answer.messages")
+
+    pipe.metadata["ragkit"] = {
+        "inputs": inputs,
+        "top_k": f.top_k,
+        "support_threshold": threshold if f.hallucination_check else None,
+        "features": f.to_dict(),
+    }
+    return pipe
+
+
+def graph_inputs(pipe: Pipeline, question: str) -> dict[str, dict[str, Any]]:
+    """``Pipeline.run`` data for ``question``: every socket the graph leaves for the caller."""
+    meta = pipe.metadata.get("ragkit") or {}
+    values = {"question": question, "top_k": meta.get("top_k", 3)}
+    data: dict[str, dict[str, Any]] = {}
+    for name, sockets in (meta.get("inputs") or {}).items():
+        for socket in sockets:
+            component_name, input_name = socket.split(".", 1)
+            data.setdefault(component_name, {})[input_name] = values[name]
+    if meta.get("support_threshold") is not None:
+        data.setdefault("confidence", {})["support_threshold"] = meta["support_threshold"]
+    return data

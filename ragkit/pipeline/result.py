@@ -1,0 +1,111 @@
+"""What one question produced — :class:`AgenticResult` — and how it is read off a graph run.
+
+:func:`result_from_outputs` turns ``Pipeline.run``'s outputs (and the trace collected meanwhile)
+into the object users read: answer, sources, confidence, route, exit reason, corrections, trace.
+Exit reasons: ``no_retrieval`` (the router's direct branch), ``no_context`` (nothing retrieved or
+everything graded out), the self-correction loop's ``supported`` / ``max_corrections`` /
+``unknown``, ``answer_failed`` (every answer call failed: never reported as supported) and
+``pipeline_error`` (the graph itself raised: the error is on the trace, the confidence is 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from haystack import Document
+
+from ragkit.components.confidence import TOKEN_SIGNALS, is_decline
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.trace import Trace, failed_steps
+
+ANSWER_STEPS = ("answer", "direct_answer")
+
+
+def answer_token_signals(trace: Trace) -> dict[str, float]:
+    """The final answer's token probabilities, as the answer step recorded them (the last one to run)."""
+    for step in reversed(trace.steps):
+        if step.name in ANSWER_STEPS and any(k in step.decision for k in TOKEN_SIGNALS):
+            return {k: float(step.decision[k]) for k in TOKEN_SIGNALS if k in step.decision}
+    return {}
+
+
+def answer_failed(trace: Trace) -> bool:
+    """Every answer call failed (a failed correction retry that kept the first answer is not this)."""
+    answers = [s for s in trace.steps if s.name in ANSWER_STEPS]
+    return bool(answers) and all(s.error or s.fallbacks for s in answers)
+
+
+@dataclass
+class AgenticResult:
+    question: str
+    answer: str
+    sources: list[Document]
+    route: str | None = None
+    confidence: float | None = None
+    symbol: str = ""
+    declined: bool = False
+    exit_reason: str | None = None
+    corrections: int = 0
+    trace: Trace = field(default_factory=Trace)
+    details: dict[str, Any] = field(default_factory=dict)  # each step's extra output (grading, routing, ...)
+    seconds: float = 0.0
+    p_lacks_answer: float | None = None  # with a decline: how sure the system is that the sources lack the answer
+    failed_steps: list[str] = field(default_factory=list)  # steps whose LLM call failed or whose reply was unusable
+    failed: bool = False  # no answer could be produced: every answer call failed or gave nothing usable
+
+
+def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, features: Any) -> AgenticResult:
+    result = AgenticResult(question=question, answer="", sources=[], trace=trace)
+    if "router" in out:
+        result.route = out["router"].get("route")
+        result.details["routing"] = out["router"].get("routing")
+    for step, key in (("hyde", "hyde"), ("rerank", "reranking"), ("grade", "grading"), ("self_correction", "hallucination")):
+        if key in out.get(step, {}):
+            result.details[key] = out[step][key]
+    result.failed_steps = failed_steps(trace)
+    result.failed = answer_failed(trace)
+
+    if "direct_answer" in out:  # the router chose no retrieval: no sources, so no calibrated confidence
+        result.answer, result.exit_reason = out["direct_answer"].get("text") or NO_ANSWER, "no_retrieval"
+        if result.failed:
+            result.exit_reason = "answer_failed"
+        return result
+    context = out.get("context_check", {})
+    if "no_context" in context or "context" not in context:
+        # Nothing to answer from: no LLM call, and a decline is never confident.
+        result.answer, result.exit_reason, result.confidence, result.symbol, result.p_lacks_answer = NO_ANSWER, "no_context", 0.0, "○", 1.0
+        return result
+    result.sources = list(context["context"])
+    corrected = out.get("self_correction", {})
+    if "answer" in corrected:
+        result.answer = corrected["answer"]
+        if features.self_correction:
+            result.exit_reason = corrected.get("exit_reason")
+        result.corrections = int(corrected.get("corrections") or 0)
+    else:
+        result.answer = out.get("answer", {}).get("text") or NO_ANSWER
+    if result.failed:  # the answer's own call failed: say so, never "supported"
+        result.exit_reason = "answer_failed"
+
+    scored = out.get("confidence")
+    if not scored:  # the scorer never ran: no number is better than a made-up one
+        result.confidence, result.symbol = 0.0, "○"
+        return result
+    result.confidence, result.symbol = scored["confidence"], scored["symbol"]
+    result.details["confidence"] = scored["components"]
+    result.p_lacks_answer = scored["p_lacks_answer"]
+    result.declined = is_decline(result.answer)
+    if scored["decline"] and features.confidence_floor > 0:
+        result.declined = True
+        result.details["declined_answer"] = result.answer
+        result.answer = NO_ANSWER + " Closest sources: " + ", ".join(sorted({str(d.meta.get("source")) for d in result.sources}))
+    return result
+
+
+def failed_result(question: str, trace: Trace, error: BaseException) -> AgenticResult:
+    """The graph raised (a bug, a component that broke its contract): an explicit failure, confidence 0."""
+    result = AgenticResult(question=question, answer=NO_ANSWER, sources=[], trace=trace, confidence=0.0, symbol="○", exit_reason="pipeline_error", failed=True)
+    result.failed_steps = failed_steps(trace) or [getattr(error, "component_name", None) or "pipeline"]
+    result.details["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    return result
