@@ -166,10 +166,9 @@ def _deserialize_inputs(stop: BreakpointException, step: str) -> dict[str, Any]:
     """The stopped step's inputs from Haystack's snapshot (serialized there), as Python objects."""
     from haystack.utils.base_serialization import _deserialize_value_with_schema
 
-    raw = (stop.inputs or {}).get(step, {})
     try:
-        data = _deserialize_value_with_schema(raw)
+        data = _deserialize_value_with_schema(stop.inputs or {}).get(step, {})
     except Exception:  # an unfamiliar schema: show what Haystack stored rather than nothing
-        return dict(raw) if isinstance(raw, dict) else {"raw": raw}
+        return {"raw": stop.inputs}
     # The snapshot keeps each socket as a list of {sender, value}; the value is what the step receives.
     return {name: (v[-1]["value"] if isinstance(v, list) and v and isinstance(v[-1], dict) and "value" in v[-1] else v) for name, v in data.items()}
