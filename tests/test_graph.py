@@ -113,7 +113,13 @@ def test_an_exported_yaml_loads_in_safe_mode_and_answers_like_the_engine(sample_
     engine = AgenticRAG(features, config=fast_config, index=RagIndex.load(sample_index_dir), generator=generator).ask(QUESTION)
     # a scripted function cannot travel in YAML: export a serializable mock, give the loaded copy the script
     pipe = load_exported(export_yaml(features, sample_index_dir, fast_config, generator=MockChatGenerator(responses=["unused"])))
-    for _, component in pipe.walk():
+    def components(pipeline):
+        for _, component in pipeline.walk():
+            yield component
+            if isinstance(getattr(component, "pipeline", None), Pipeline):  # the self-correction SuperComponent
+                yield from components(component.pipeline)
+
+    for component in components(pipe):
         if getattr(component, "generator", None) is not None:
             component.generator = generator
     exported = run_exported(pipe, QUESTION)
