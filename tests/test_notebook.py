@@ -385,3 +385,17 @@ def test_summary_shows_a_decline_as_a_decline_and_names_failed_steps():
     assert "declined" in line and "71% sure" in line and "○ 0.00" not in line
     failed = AgenticResult(question="q", answer="x", sources=[], confidence=0.3, symbol="○", failed_steps=["grade", "hallucination"])
     assert "failed: grade, hallucination" in summary_html(failed) and "○ 0.30" in summary_html(failed)
+
+
+def test_the_panel_draws_the_graph_that_runs_and_redraws_it_when_a_toggle_flips(panel):
+    before = panel.graph.text
+    assert before.startswith("---\ntitle: plain RAG") and "grade[" not in before
+    panel.controls["grading"].value = True
+    assert "    grade[" in panel.graph.text and "title: grading" in panel.graph.text
+    panel.run()
+    assert panel.ran_graph == panel.graph.text  # the drawing is the graph that answered
+    panel.controls["self_correction"].value = True  # without hallucination_check: invalid, said, not raised
+    assert panel.graph.text == panel.ran_graph and "needs hallucination_check" in panel.graph.error
+    panel.controls["self_correction"].value = False
+    panel.controls["grading"].value = False
+    assert panel.graph.text == before and panel.graph.error == ""

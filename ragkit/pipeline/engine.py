@@ -40,8 +40,8 @@ from ragkit.index.sentence_vectors import SentenceVectorCache
 from ragkit.index.store import RagIndex
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import OUTPUTS, build_pipeline, graph_inputs, support_threshold
-from ragkit.pipeline.mermaid import to_mermaid
+from ragkit.pipeline.graph import OUTPUTS, build_pipeline, features_label, graph_inputs, support_threshold
+from ragkit.pipeline.mermaid import mermaid_markdown, to_mermaid
 from ragkit.pipeline.result import AgenticResult, answer_failed, answer_token_signals, failed_result, result_from_outputs
 from ragkit.pipeline.trace import RagkitTracer, failed_steps
 
@@ -90,11 +90,13 @@ class AgenticRAG:
     # -- seeing and taking away the graph ----------------------------------------------------------
     def mermaid(self) -> str:
         """The running graph as Mermaid text (JupyterLab renders it; nothing is sent anywhere)."""
-        return to_mermaid(self.pipeline, title=self.features_label())
+        return to_mermaid(self.pipeline, title=features_label(self.features))
 
-    def features_label(self) -> str:
-        on = [name for name in ("routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(self.features, name)]
-        return "plain RAG" if not on else " + ".join(on)
+    def show_graph(self):
+        """Display the running graph in a notebook (a ``mermaid`` block JupyterLab draws itself)."""
+        from IPython.display import Markdown
+
+        return Markdown(mermaid_markdown(self.pipeline, title=features_label(self.features)))
 
     def to_yaml(self) -> str:
         """Haystack YAML of the graph (``Pipeline.loads(text, allowed_modules=["ragkit.*"])`` restores it)."""

@@ -235,3 +235,25 @@ def graph_inputs(pipe: Pipeline, question: str) -> dict[str, dict[str, Any]]:
     if meta.get("support_threshold") is not None:
         data.setdefault("confidence", {})["support_threshold"] = meta["support_threshold"]
     return data
+
+
+class DrawingOnlyLLM:
+    """Stands in for the LLM when a graph is only drawn: nothing is loaded, nothing is called."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": f"{__name__}.DrawingOnlyLLM", "init_parameters": {}}
+
+    def run(self, messages, **kwargs):  # pragma: no cover - a drawing never runs
+        raise RuntimeError("the drawing-only LLM cannot answer")
+
+
+def features_label(features: Features) -> str:
+    on = [name for name in ("routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
+    return "plain RAG" if not on else " + ".join(on)
+
+
+def draw(features: Features, config: RagConfig | None = None) -> str:
+    """The Mermaid text of the graph ``features`` compile to, without loading any model or index."""
+    from ragkit.pipeline.mermaid import to_mermaid
+
+    return to_mermaid(build_pipeline(features, DrawingOnlyLLM(), index_path="(drawing)", config=config), title=features_label(features))

@@ -64,6 +64,8 @@ def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416) 
     folder.mkdir()
     (folder / "pipeline_wrapper.py").write_text("from ragkit.pipeline.serve import PipelineWrapper  # noqa: F401\n", encoding="utf-8")
     env = {**os.environ, YAML_ENV: str(path)}
-    args = [sys.executable, "-m", "hayhooks", "run", "--host", host, "--port", str(port), "--pipelines-dir", str(folder.parent), "--without-tracing"]
+    # `python -m hayhooks` does nothing (its __main__ is empty): call the CLI its console script calls
+    launcher = "import sys; from hayhooks.cli import hayhooks_cli; sys.argv[0] = 'hayhooks'; sys.exit(hayhooks_cli())"
+    args = [sys.executable, "-c", launcher, "run", "--host", host, "--port", str(port), "--pipelines-dir", str(folder.parent), "--without-tracing"]
     os.execve(sys.executable, args, env)  # the server takes this process over: its pid is ours
     return 0  # pragma: no cover

@@ -110,11 +110,9 @@ def cmd_ask(args, console) -> int:
 
 def cmd_pipeline(args, console) -> int:
     """The graph the given features compile to, as Mermaid text (drawn offline by JupyterLab, GitHub, mermaid-cli)."""
-    from ragkit.pipeline.graph import build_pipeline
-    from ragkit.pipeline.mermaid import to_mermaid
+    from ragkit.pipeline.graph import draw
 
-    features = _features(args)
-    text = to_mermaid(build_pipeline(features, generator=_DrawingOnlyLLM(), index_path=args.index_dir, config=_config(args)))
+    text = draw(_features(args), _config(args))
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         console.print(f"wrote {args.output}")
@@ -137,16 +135,6 @@ def cmd_serve(args, console) -> int:
     from ragkit.pipeline.serve import serve
 
     return serve(args.pipeline_yaml, host=args.host, port=args.port)
-
-
-class _DrawingOnlyLLM:
-    """Stands in for the LLM when a graph is only drawn: nothing is loaded, nothing is called."""
-
-    def to_dict(self):
-        return {"type": "ragkit.ui.cli._DrawingOnlyLLM", "init_parameters": {}}
-
-    def run(self, messages, **kwargs):  # pragma: no cover - never called when drawing
-        raise RuntimeError("the drawing-only LLM cannot answer")
 
 
 def cmd_info(args, console) -> int:

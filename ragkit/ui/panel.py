@@ -31,6 +31,7 @@ from ragkit.pipeline.features import CHOICES, Features
 from ragkit.index.store import RagIndex
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.ui import plots
+from ragkit.ui.graph_view import GraphView
 from ragkit.ui.html import (  # noqa: F401  (the notebooks import these from here)
     ab_compare, comparison_html, confidence_text, format_grade, format_value, result_html, result_sentence, setup_html,
     short_id, sources_rows, summary_html, summary_table_html, table_html, trace_rows,
@@ -199,6 +200,11 @@ class ControlPanel:
         self.sources = widgets.HTML(layout=full_width)
         self.trace = widgets.HTML(layout=full_width)
         self.images = widgets.Box(layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start", width="100%", grid_gap="8px"))
+        self.graph = GraphView(config=self.config)
+        for control in self.controls.values():
+            control.observe(lambda _change: self.graph.update(self.features), names="value")
+        self.graph.update(self.features)
+        self.ran_graph = ""  # the Mermaid text of the graph the last Run compiled (the same as self.graph.text)
         self.plots_enabled = plots_enabled
         self.last_result: AgenticResult | None = None
         self.last_figures: list[Any] = []
@@ -216,6 +222,7 @@ class ControlPanel:
     def widget(self) -> widgets.Widget:
         return widgets.VBox([
             self.feature_box(),
+            self.graph.widget,
             widgets.HBox([self.model, self.run_button], layout=widgets.Layout(flex_flow="row wrap", width="100%", grid_gap="8px")),
             self.question,
             self.status,
@@ -238,7 +245,7 @@ class ControlPanel:
         """Stream only the answering step's tokens (grading JSON and HyDE passages are not the answer)."""
         span = tracing.tracer.current_span()
         tags = getattr(span, "tags", {}) or {}
-        if tags.get("haystack.component.name") != "answer":
+        if tags.get("haystack.component.name") not in ("answer", "direct_answer"):
             return
         if span is not self._streaming_span:  # a new answer (first, or a correction): start over
             self._streaming_span = span
@@ -273,6 +280,7 @@ class ControlPanel:
         rag = None
         try:
             rag = self.engine.rag(self.features(), self.model.value)
+            self.ran_graph = rag.mermaid()
             self.status.value = "<span style='color:#555'>one-time setup (model loads, sentence vectors) if not done yet…</span>"
             setup = prepare_one_time(rag)
             self.setup.value = setup_html(setup)
