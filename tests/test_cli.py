@@ -53,3 +53,23 @@ def test_ask_with_every_agentic_feature_prints_confidence_route_and_trace(sample
     stages = [row["stage"] for row in out["trace"]]
     assert {"router", "route_policy", "retrieve", "rerank", "grade", "context_check", "answer", "hallucination", "confidence"} <= set(stages)
     assert out["exit_reason"] in ("supported", "max_corrections", "unknown")
+
+
+def test_pipeline_prints_the_graph_the_features_compile_to_as_mermaid(capsys, tmp_path):
+    assert main(["pipeline"]) == 0
+    plain = capsys.readouterr().out
+    assert plain.startswith("---\ntitle: plain RAG") and "flowchart TD" in plain and "grade[" not in plain
+    assert main(["pipeline", "--all-features", "-o", str(tmp_path / "g.mmd")]) == 0
+    drawn = (tmp_path / "g.mmd").read_text()
+    assert "route_policy[" in drawn and "subgraph self_correction" in drawn
+
+
+@pytest.mark.integration
+def test_export_writes_yaml_that_haystack_restores_in_safe_mode(sample_index_dir, tmp_path, capsys):
+    from haystack import Pipeline
+
+    out = tmp_path / "pipeline.yaml"
+    assert main(["export", "--all-features", "--index-dir", str(sample_index_dir), "--llm", "qwen2.5-coder-0.5b", "-o", str(out)]) == 0
+    restored = Pipeline.loads(out.read_text(), allowed_modules=["ragkit.*"])
+    assert {"router", "route_policy", "retrieve", "self_correction", "confidence"} <= set(restored.graph.nodes)
+    assert restored.metadata["ragkit"]["features"]["grading"] is True
