@@ -12,6 +12,7 @@ from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector
 from ragkit.components.hyde import HyDEEmbedder
+from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
 from ragkit.components.self_correction import SelfCorrectingAnswerer
@@ -31,6 +32,7 @@ def every_component(index_dir) -> Pipeline:
     pipe.add_component("hyde", HyDEEmbedder(generator=llm(), n_passages=2))
     pipe.add_component("sparse", BM25sRetriever(index_path=str(index_dir), top_k=7))
     pipe.add_component("dense", FaissRetriever(index_path=str(index_dir), top_k=7))
+    pipe.add_component("hybrid", IndexRetriever(index_path=str(index_dir), mode="hybrid", candidates=12, sparse_weight=0.7))
     pipe.add_component("reranker", Reranker(backend="bi-encoder", top_k=4))
     pipe.add_component("grader", DocumentGrader(backend="llm", generator=llm(), threshold=5.0))
     pipe.add_component("answer", GuardedGenerator(generator=llm(), max_tokens=64))
@@ -52,6 +54,8 @@ def test_yaml_round_trip_with_ragkit_allowlisted(sample_index_dir):
     def edges(d):
         return sorted((c["sender"], c["receiver"]) for c in d["connections"])
     assert edges(after) == edges(before)
+    hybrid = loaded.get_component("hybrid")
+    assert (hybrid.mode, hybrid.candidates, hybrid.sparse_weight) == ("hybrid", 12, 0.7)
     corrector = loaded.get_component("corrector")
     assert corrector.max_corrections == 2 and corrector.detector.threshold == 0.6
     assert loaded.get_component("grader").generator.model_path == "/models/qwen2.5-0.5b.gguf"
