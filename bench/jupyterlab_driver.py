@@ -250,6 +250,12 @@ _JS_CELLS = """async () => { const pngOf = %s;
     prompt: (c.querySelector('.jp-InputPrompt')?.innerText ?? '').trim(),
     output_text: c.querySelector('.jp-OutputArea')?.innerText ?? '',
     images: await pngs(c.querySelectorAll('.jp-OutputArea img')),
+    // Mermaid diagrams JupyterLab drew itself (an SVG in an <img>): nodes drawn, text, size on screen
+    diagrams: [...c.querySelectorAll('.jp-OutputArea .jp-RenderedMermaid img')].map(img => {
+        const svg = decodeURIComponent((img.getAttribute('src') || '').split(',').slice(1).join(','));
+        const box = img.getBoundingClientRect();
+        return { nodes: (svg.match(/class="node /g) || []).length, text: svg.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').slice(0, 4000),
+                 width: box.width, height: box.height, error: /Syntax error/.test(svg) }; }),
     errors: [...c.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
         .map(o => o.innerText).filter(t => /Traceback|Error/.test(t)),
   })));

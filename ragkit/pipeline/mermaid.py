@@ -29,6 +29,9 @@ ROLE_STYLE = {
     "retrieve": "fill:#d6ecf7,stroke:#2b7bb9",
     "other": "fill:#eeeeee,stroke:#777777",
 }
+# The loop's steps stacked top to bottom: side by side they made the all-on graph so wide that
+# JupyterLab scaled it to unreadable text at laptop width (screenshots, 1280 px).
+SUBGRAPH_DIRECTION = "TB"
 LLM_STEPS = {"answer", "direct_answer", "hyde", "grade", "hallucination"}
 
 
@@ -60,6 +63,7 @@ def _body(pipeline: Pipeline, prefix: str, lines: list[str], roles: dict[str, li
         inner = getattr(instance, "pipeline", None) if type_name == "SuperComponent" else None
         if isinstance(inner, Pipeline):
             lines.append(f'{indent}subgraph {node}["{_label(name)} (SuperComponent)"]')
+            lines.append(f"{indent}    direction {SUBGRAPH_DIRECTION}")
             _body(inner, prefix + name + "__", lines, roles, indent + "    ")
             lines.append(f"{indent}end")
             continue

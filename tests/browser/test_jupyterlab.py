@@ -306,6 +306,18 @@ def test_every_image_has_content(runs, name):
     assert not blank, f"blank images (cell, why): {blank}"
 
 
+def test_the_quickstart_draws_plain_and_all_on_as_two_graphs(runs):
+    """Notebook 01 shows each engine's graph as a diagram JupyterLab drew from Mermaid text itself
+    (no web service), readable at laptop width: every step a node, all-on bigger than plain."""
+    run = runs.get("01_quickstart")
+    diagrams = [d for c in run.cells for d in c["diagrams"]]
+    assert len(diagrams) >= 2, f"expected two drawn graphs, found {len(diagrams)}; see {SHOTS / '01_quickstart.png'}"
+    plain, full = diagrams[0], diagrams[1]
+    assert plain["nodes"] >= 6 and full["nodes"] > plain["nodes"] + 5, (plain["nodes"], full["nodes"])
+    assert "answer_prompt" in plain["text"] and "route_policy" in full["text"] and "self_correction" in full["text"]
+    assert all(d["width"] > 200 and d["height"] > 200 and not d["error"] for d in (plain, full)), (plain, full)
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_no_figure_rendered_twice(runs, name):
     run = runs.get(name)
