@@ -254,7 +254,7 @@ _JS_CELLS = """async () => { const pngOf = %s;
     diagrams: [...c.querySelectorAll('.jp-OutputArea .jp-RenderedMermaid img')].map(img => {
         const svg = decodeURIComponent((img.getAttribute('src') || '').split(',').slice(1).join(','));
         const box = img.getBoundingClientRect();
-        return { nodes: (svg.match(/class="node /g) || []).length, text: svg.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').slice(0, 4000),
+        return { nodes: (svg.match(/class="node /g) || []).length, text: svg.replace(/<style[\s\S]*?<\/style>/g, ' ').replace(/<!DOCTYPE[\s\S]*?]>/, ' ').replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').slice(0, 8000),
                  width: box.width, height: box.height, error: /Syntax error/.test(svg) }; }),
     errors: [...c.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
         .map(o => o.innerText).filter(t => /Traceback|Error/.test(t)),
