@@ -56,6 +56,22 @@ def rerank_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def one_engine_table(new: dict, old: dict) -> str:
+    """The one-engine rerun (bench/results/agentic_squad_one_engine.json) beside the hand-rolled engine's committed rows."""
+    lines = ["| config | engine | questions | EM | F1 | declined | LLM calls/q | p50 s | full / plain p50 | overhead ms p50 / p95 |", "|" + " --- |" * 10]
+    for label, data in (("hand-rolled (agentic_squad.json)", old), ("one Pipeline (agentic_squad_one_engine.json)", new)):
+        configs = data.get("configs", {})
+        plain = configs.get("plain")
+        for name in ("plain", "full"):
+            c = configs.get(name)
+            if not c:
+                continue
+            ratio = f"{c['latency_s_p50'] / plain['latency_s_p50']:.2f}" if name == "full" and plain else ""
+            overhead = f"{c['pipeline_overhead_ms_p50']:.1f} / {c['pipeline_overhead_ms_p95']:.1f}" if c.get("pipeline_overhead_ms_p50") is not None else "not measured"
+            lines.append(f"| {name} | {label} | {c['questions']} | {c['em']:.3f} | {c['f1']:.3f} | {c['decline_rate']:.2f} | {c['llm_calls_per_q']:.2f} | {c['latency_s_p50']:.2f} | {ratio} | {overhead} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     out = {}
     for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table)):
@@ -65,6 +81,8 @@ def tables() -> dict[str, str]:
     calibration = RESULTS / "calibration.md"
     if calibration.exists():
         out["calibration.json"] = calibration.read_text().strip()
+    if load("agentic_squad_one_engine.json") and load("agentic_squad.json"):
+        out["agentic_squad_one_engine.json"] = one_engine_table(load("agentic_squad_one_engine.json"), load("agentic_squad.json"))
     agentic = RESULTS / "agentic_squad.md"
     if agentic.exists():
         out["agentic_squad.json"] = agentic.read_text().strip()
