@@ -1,8 +1,21 @@
-"""ragkit's Haystack components; each is usable alone in any Haystack ``Pipeline``."""
+"""ragkit's Haystack components; each is usable alone in any Haystack ``Pipeline``.
 
-from ragkit.components.dense_retriever import FaissRetriever
-from ragkit.components.index_retriever import IndexRetriever
-from ragkit.components.sparse_retriever import BM25sRetriever
-from ragkit.components.token_chunker import TokenChunker
+Imported on first use: ``ragkit.index.retrieval`` imports the retrievers from here, and
+``IndexRetriever`` imports ``ragkit.index.retrieval`` — eager imports would go round in a circle.
+"""
 
-__all__ = ["BM25sRetriever", "FaissRetriever", "IndexRetriever", "TokenChunker"]
+import importlib
+
+_COMPONENTS = {
+    "BM25sRetriever": "ragkit.components.sparse_retriever",
+    "FaissRetriever": "ragkit.components.dense_retriever",
+    "IndexRetriever": "ragkit.components.index_retriever",
+    "TokenChunker": "ragkit.components.token_chunker",
+}
+__all__ = list(_COMPONENTS)
+
+
+def __getattr__(name: str):
+    if name in _COMPONENTS:
+        return getattr(importlib.import_module(_COMPONENTS[name]), name)
+    raise AttributeError(f"module 'ragkit.components' has no attribute {name!r}")
