@@ -42,10 +42,10 @@ from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import OUTPUTS, build_pipeline, features_label, graph_inputs, support_threshold
 from ragkit.pipeline.mermaid import mermaid_markdown, to_mermaid
-from ragkit.pipeline.result import AgenticResult, answer_failed, answer_token_signals, failed_result, result_from_outputs
-from ragkit.pipeline.trace import RagkitTracer, failed_steps
+from ragkit.pipeline.result import AgenticResult, failed_result, result_from_outputs
+from ragkit.pipeline.trace import RagkitTracer
 
-__all__ = ["AgenticRAG", "AgenticResult", "Paused", "answer_failed", "answer_token_signals", "failed_steps"]
+__all__ = ["AgenticRAG", "AgenticResult", "Paused"]
 
 
 class Paused:
@@ -57,7 +57,7 @@ class Paused:
     def prompt_text(self) -> str:
         """The chat messages the step was about to send, as plain text (for a prompt-taking step)."""
         messages = self.inputs.get("messages") or self.inputs.get("prompt") or []
-        return "\n\n".join(f"[{getattr(m, 'role', '?').value if hasattr(getattr(m, 'role', None), 'value') else getattr(m, 'role', '?')}]\n{getattr(m, 'text', m)}" for m in messages)
+        return "\n\n".join(f"[{m.role.value}]\n{m.text}" for m in messages)
 
     def __repr__(self) -> str:
         return f"Paused(before={self.step!r}, inputs={sorted(self.inputs)})"

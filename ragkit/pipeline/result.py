@@ -15,19 +15,11 @@ from typing import Any
 
 from haystack import Document
 
-from ragkit.components.confidence import TOKEN_SIGNALS, is_decline
+from ragkit.components.confidence import is_decline
 from ragkit.llm.prompts import NO_ANSWER
 from ragkit.pipeline.trace import Trace, failed_steps
 
 ANSWER_STEPS = ("answer", "direct_answer")
-
-
-def answer_token_signals(trace: Trace) -> dict[str, float]:
-    """The final answer's token probabilities, as the answer step recorded them (the last one to run)."""
-    for step in reversed(trace.steps):
-        if step.name in ANSWER_STEPS and any(k in step.decision for k in TOKEN_SIGNALS):
-            return {k: float(step.decision[k]) for k in TOKEN_SIGNALS if k in step.decision}
-    return {}
 
 
 def answer_failed(trace: Trace) -> bool:
