@@ -40,7 +40,7 @@ class ModelConfig:
     max_new_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
-    timeout_s: float = 120.0  # remote endpoints only
+    timeout_s: float = 120.0  # one remote call (retried once); the question's deadline bounds the total
 
 
 @dataclass
@@ -62,6 +62,10 @@ class RagConfig:
     retrieval_mode: RetrievalMode = "hybrid"
     top_k: int = 5
     hybrid_sparse_weight: float = 0.8  # BM25's weight in rank fusion; see ragkit.index.retrieval.DEFAULT_SPARSE_WEIGHT
+    # One budget per question for every LLM call in it (RAGKIT_DEADLINE_S; 0 or None: none). The
+    # embedded 1.5B answers an all-features question in 20-60 s on 2 cores; a hung server must not
+    # hold a notebook for minutes. Past it, calls fail at once and the answer says so.
+    deadline_s: float | None = 180.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,6 +96,8 @@ class RagConfig:
                 setattr(config.models, attr, cast(env[var]))
         if env.get("RAGKIT_TOP_K"):
             config.top_k = int(env["RAGKIT_TOP_K"])
+        if env.get("RAGKIT_DEADLINE_S"):
+            config.deadline_s = float(env["RAGKIT_DEADLINE_S"])
         if env.get("RAGKIT_RETRIEVAL"):
             config.retrieval_mode = env["RAGKIT_RETRIEVAL"]  # type: ignore[assignment]
         config.validate()
@@ -106,6 +112,10 @@ class RagConfig:
             raise ValueError(f"retrieval_mode must be dense, sparse or hybrid, not {self.retrieval_mode!r}")
         if not 0.0 < self.hybrid_sparse_weight < 1.0:
             raise ValueError("hybrid_sparse_weight must be between 0 and 1 (exclusive)")
+        if self.deadline_s is not None and self.deadline_s < 0:
+            raise ValueError("deadline_s must be >= 0 (0 or None: no deadline)")
+        if self.models.timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
         if self.top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not 0 <= self.index.chunk_overlap_tokens < self.index.chunk_tokens:
@@ -121,6 +131,7 @@ _ENV_VARS = [
     ("RAGKIT_N_CTX", "n_ctx", int),
     ("RAGKIT_THREADS", "n_threads", int),
     ("RAGKIT_MAX_NEW_TOKENS", "max_new_tokens", int),
+    ("RAGKIT_LLM_TIMEOUT_S", "timeout_s", float),
 ]
 
 

@@ -91,7 +91,7 @@ def test_guarded_generator_turns_failures_into_a_traced_fallback():
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(response_fn=broken)))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})
     assert out["answer"] == {"text": "kept", "ok": False, "tokens": {}}
-    assert any("answer: llm_error: ConnectionError" in f for f in trace.fallbacks)
+    assert any("answer: llm_error: MockChatGenerator failed (ConnectionError" in f for f in trace.fallbacks)
     empty = GuardedGenerator(generator=MockChatGenerator(responses=["   "])).run(messages=[])
     assert empty == {"text": NO_ANSWER, "ok": False, "tokens": {}}
     again = GuardedGenerator.from_dict(GuardedGenerator(generator=MockChatGenerator(responses=["x"]), max_tokens=7).to_dict())

@@ -18,8 +18,9 @@ Rules on top of the model:
 * a **decline** is not a confident answer: confidence 0 (○), and ``p_lacks_answer`` — how sure the
   system is that the documents lack the answer (P(the right passage is not among the sources), from
   retrieval signals) — is reported separately;
-* a **failed step** (an LLM error, a timeout, an unparseable reply) can never raise confidence: it
-  is capped under 0.5 (○) and the failed steps are named;
+* a **failed step** (an LLM error, a timeout, an unparseable reply) or a degraded one (a reply cut at
+  ``max_tokens``, a prompt trimmed to fit the context) can never raise confidence: it is capped
+  under 0.5 (○) and the steps are named;
 * no calibration for the model: the first shipped model's fit is borrowed and ``calibration`` says so.
 
 In the engine's graph the signals arrive along edges: ``signals`` from the retriever,
@@ -48,7 +49,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.eval.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.pipeline.trace import active_trace, failed_steps as traced_failures, record
+from ragkit.pipeline.trace import active_trace, degraded_steps, record
 
 TOKEN_SIGNALS = ("token_p_mean", "token_p_min", "token_p_first")
 
@@ -118,7 +119,7 @@ class ConfidenceScorer:
             grades = [d.meta.get("grade") for d in documents]
         if failed_steps is None:
             trace = active_trace()
-            failed_steps = traced_failures(trace) if trace is not None else []
+            failed_steps = degraded_steps(trace) if trace is not None else []
         if answer_ok is False and "answer" not in failed_steps:
             failed_steps = [*failed_steps, "answer"]
         values = self._signals(documents, answer, question, grades, support, support_threshold, signals)

@@ -28,6 +28,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import context_messages
+from ragkit.llm.faults import check_deadline
 from ragkit.llm.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, llm_error, parse_int_list
 from ragkit.pipeline.trace import record
 
@@ -96,9 +97,10 @@ class DocumentGrader:
 
     def _probe_scores(self, messages: list, n: int) -> tuple[list[float] | None, str | None]:
         try:
+            check_deadline()
             out = self._probe.score_list(messages, n)
-        except Exception as exc:  # a context overflow or a broken model degrades like any LLM failure
-            error = llm_error(exc)
+        except Exception as exc:  # a context overflow, a broken model or the deadline degrades like any LLM failure
+            error = llm_error(exc, self.generator)
             record(llm_calls=1, fallback=f"grader: {error}", error=error)
             return None, error
         record(llm_calls=1, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])

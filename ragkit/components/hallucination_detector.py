@@ -36,6 +36,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import NO_ANSWER, context_messages
+from ragkit.llm.faults import check_deadline
 from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
 
@@ -142,6 +143,7 @@ class HallucinationDetector:
 
     def _judge(self, sentences: list[str], documents: list[Document], question: str | None) -> tuple[list[float] | None, str | None]:
         if self._probe is not None:
+            check_deadline()
             scores = []
             before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
             for sentence in sentences:
@@ -184,7 +186,7 @@ class HallucinationDetector:
             else:
                 scores, error = self._judge(sentences, documents, question)
         except Exception as exc:  # a judge that breaks must not take the answer down with it
-            scores, error = None, llm_error(exc)
+            scores, error = None, llm_error(exc, self.generator)
             record(fallback=f"hallucination: {error}")
         if scores is None:
             info.update(sentences=[{"text": s, "p_supported": None} for s in sentences], fallback=error)

@@ -35,6 +35,9 @@ class QueryError(ValueError):
 def check_query(query: str) -> str:
     if not isinstance(query, str) or not query.strip():
         raise QueryError("The question is empty.")
+    bad = next((i for i, ch in enumerate(query) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+    if bad is not None:  # how Python hands over bytes from argv or a file that are not UTF-8
+        raise QueryError(f"The question is not valid UTF-8 text (undecodable byte at character {bad + 1}); re-type it or fix its encoding.")
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(
             f"The question is {len(query):,} characters long; ragkit accepts at most {MAX_QUERY_CHARS:,}. "

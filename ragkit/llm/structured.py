@@ -19,6 +19,10 @@ from typing import Any, Callable
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.faults import (
+    DeadlineExceeded, EmptyReply, check_deadline, deadline_kwargs, deadline_seconds, describe_endpoint, describe_failure, fit_to_context,
+    max_tokens_of, reply_char_bound,
+)
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
 from ragkit.llm.prompts import NO_ANSWER
 from ragkit.pipeline.trace import record
@@ -237,9 +241,26 @@ def parse_answer(text: str) -> str:
     return text
 
 
-def llm_error(exc: BaseException) -> str:
-    """How a failed LLM call is named in results and traces (one wording for every step)."""
+def llm_error(exc: BaseException, generator: Any = None) -> str:
+    """How a failed LLM call is named in results and traces (one wording for every step): with the
+    generator, the endpoint and the cause in words (:func:`ragkit.llm.faults.describe_failure`)."""
+    if generator is not None:
+        return f"llm_error: {describe_failure(exc, generator)}"
     return f"llm_error: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _failed(step: str, error: str, t0: float, **extra: Any) -> LLMReply:
+    record(fallback=f"{step}: {error}", error=error)
+    return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0, **extra)
+
+
+def _fit_prompt(generator: Any, messages: list[ChatMessage], generation_kwargs: dict[str, Any]) -> tuple[list[ChatMessage], str | None]:
+    """A llama.cpp prompt trimmed to its context window (:func:`ragkit.llm.faults.fit_to_context`)."""
+    split = prompt_cache_split(generator, messages)
+    if split is None:
+        return messages, None
+    n_ctx = generator._model.n_ctx()
+    return fit_to_context(messages, split[0], n_ctx, max_tokens_of(generator, generation_kwargs), lambda m: (prompt_cache_split(generator, m) or (0, 0))[0])
 
 
 def call_llm(
@@ -249,16 +270,35 @@ def call_llm(
     generation_kwargs: dict[str, Any] | None = None,
     step: str = "llm",
 ) -> LLMReply:
-    """Run one chat call, parse its reply, and record calls, tokens and any fallback on the trace."""
+    """Run one chat call, parse its reply, and record calls, tokens and any fallback on the trace.
+
+    Never raises for the LLM's sake: an unreachable or failing endpoint, the question's deadline, a
+    reply longer than ``max_tokens`` allows (cut, never passed on) or one ``parse`` refuses is an
+    ``ok=False`` reply with the reason (:mod:`ragkit.llm.faults`); a reply that stopped at
+    ``max_tokens`` and a prompt trimmed to fit the context are kept, with a warning on the trace."""
     t0 = time.perf_counter()
-    kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
-    cache_split = prompt_cache_split(generator, messages)
+    generation_kwargs = dict(generation_kwargs or {})
+    free_text = not any(k in generation_kwargs for k in ("grammar", "response_format"))
     try:
-        reply = generator.run(messages=messages, **kwargs)["replies"][0]
+        check_deadline()
+        messages, trimmed = _fit_prompt(generator, messages, generation_kwargs)
+    except DeadlineExceeded as exc:
+        return _failed(step, f"deadline_exceeded: {exc}", t0)
+    except ValueError as exc:  # the prompt cannot fit at all
+        return _failed(step, f"prompt_too_long: {exc}", t0)
+    if trimmed:
+        record(warning=trimmed)
+    cache_split = prompt_cache_split(generator, messages)
+    bounded, deadline_stop = deadline_kwargs(generator, generation_kwargs, free_text)
+    kwargs = {"generation_kwargs": bounded} if bounded else {}
+    try:
+        replies = generator.run(messages=messages, **kwargs)["replies"]
+        if not replies:
+            raise EmptyReply("no reply")
+        reply = replies[0]
     except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
-        error = llm_error(exc)
-        record(llm_calls=1, fallback=f"{step}: {error}", error=error)
-        return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0)
+        record(llm_calls=1)
+        return _failed(step, llm_error(exc, generator), t0)
     seconds = time.perf_counter() - t0
     text = reply.text or ""
     usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
@@ -268,8 +308,9 @@ def call_llm(
     if cache_split is not None:
         usage.setdefault("prompt_tokens", cache_split[0])
         usage["prompt_tokens_reused"] = min(cache_split[1], usage["prompt_tokens"])
+    bound = reply_char_bound(generator, generation_kwargs)
     if "completion_tokens" not in usage and text:
-        usage["completion_tokens"] = tokens["tokens"] if tokens else count_tokens(generator, text)
+        usage["completion_tokens"] = tokens["tokens"] if tokens else count_tokens(generator, text[:bound])
     record(
         llm_calls=1,
         prompt_tokens=usage.get("prompt_tokens", 0),
@@ -278,6 +319,14 @@ def call_llm(
     )
     if tokens:
         record(decision={k: (round(v, 4) if isinstance(v, float) else v) for k, v in tokens.items() if k != "tokens"})
+    if deadline_stop is not None and deadline_stop.stopped:
+        return _failed(step, f"deadline_exceeded: generation stopped at the question's {deadline_seconds():g} s deadline", t0, text=text[:bound], usage=usage)
+    if len(text) > bound:
+        error = (f"unusable_reply: {describe_endpoint(generator)} sent {len(text):,} characters, more than "
+                 f"max_tokens={max_tokens_of(generator, generation_kwargs)} allows; cut at {bound:,}")
+        return _failed(step, error, t0, text=text[:bound], usage=usage)
+    if (reply.meta or {}).get("finish_reason") == "length" and free_text:
+        record(warning=f"reply cut at max_tokens={max_tokens_of(generator, generation_kwargs)}")
     try:
         value = parse(text)
     except (ValueError, TypeError, KeyError) as exc:

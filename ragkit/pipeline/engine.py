@@ -38,6 +38,7 @@ from ragkit.config import RagConfig
 from ragkit.index.retrieval import check_query
 from ragkit.index.sentence_vectors import SentenceVectorCache
 from ragkit.index.store import RagIndex
+from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import OUTPUTS, build_pipeline, features_label, graph_inputs, support_threshold
@@ -139,7 +140,7 @@ class AgenticRAG:
     def ask(self, question: str) -> AgenticResult:
         question = check_query(question)
         started = time.perf_counter()
-        with self.tracer.collect() as trace:
+        with self.tracer.collect() as trace, question_deadline(self.config.deadline_s):
             try:
                 out = self._run(question)
             except BreakpointException:

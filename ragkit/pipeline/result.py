@@ -17,7 +17,7 @@ from haystack import Document
 
 from ragkit.components.confidence import is_decline
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.pipeline.trace import Trace, failed_steps
+from ragkit.pipeline.trace import Trace, failed_steps, first_failure
 
 ANSWER_STEPS = ("answer", "direct_answer")
 
@@ -45,6 +45,8 @@ class AgenticResult:
     p_lacks_answer: float | None = None  # with a decline: how sure the system is that the sources lack the answer
     failed_steps: list[str] = field(default_factory=list)  # steps whose LLM call failed or whose reply was unusable
     failed: bool = False  # no answer could be produced: every answer call failed or gave nothing usable
+    error: str | None = None  # the first failure, "step: endpoint + cause", as one line for a CLI or API caller
+    warnings: list[str] = field(default_factory=list)  # usable but degraded: "answer: reply cut at max_tokens=256"
 
 
 def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, features: Any) -> AgenticResult:
@@ -57,6 +59,8 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
             result.details[key] = out[step][key]
     result.failed_steps = failed_steps(trace)
     result.failed = answer_failed(trace)
+    result.error = first_failure(trace, prefer=ANSWER_STEPS if result.failed else ())
+    result.warnings = [f"{s.name}: {w}" for s in trace.steps for w in s.warnings]
 
     if "direct_answer" in out:  # the router chose no retrieval: no sources, so no calibrated confidence
         result.answer, result.exit_reason = out["direct_answer"].get("text") or NO_ANSWER, "no_retrieval"
@@ -100,4 +104,5 @@ def failed_result(question: str, trace: Trace, error: BaseException) -> AgenticR
     result = AgenticResult(question=question, answer=NO_ANSWER, sources=[], trace=trace, confidence=0.0, symbol="○", exit_reason="pipeline_error", failed=True)
     result.failed_steps = failed_steps(trace) or [getattr(error, "component_name", None) or "pipeline"]
     result.details["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    result.error = first_failure(trace) or f"{result.failed_steps[0]}: {result.details['error']}"
     return result

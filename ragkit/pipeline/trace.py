@@ -45,6 +45,7 @@ class Step:
     decision: dict[str, Any] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # degraded but usable: a reply cut at max_tokens, a trimmed prompt
 
     def row(self) -> dict[str, Any]:
         return {
@@ -56,7 +57,7 @@ class Step:
             "completion_tokens": self.completion_tokens,
             "docs": f"{len(self.docs_in)} → {len(self.docs_out)}" if (self.docs_in or self.docs_out) else "",
             "decision": ", ".join(f"{k}={v}" for k, v in self.decision.items()),
-            "fallbacks": "; ".join(self.fallbacks),
+            "fallbacks": "; ".join([*self.fallbacks, *(f"note: {w}" for w in self.warnings)]),
             "error": self.error or "",
         }
 
@@ -127,7 +128,7 @@ class _Span(tracing.Span):
     def set_tag(self, key: str, value: Any) -> None:
         if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused")):
             self.tags[key] += value  # counters accumulate over several LLM calls in one step
-        elif key == _PREFIX + "fallback":
+        elif key in (_PREFIX + "fallback", _PREFIX + "warning"):
             self.tags.setdefault(key, []).append(value)
         elif key == _PREFIX + "decision" and isinstance(value, dict):
             self.tags.setdefault(key, {}).update(value)
@@ -148,6 +149,7 @@ class _Span(tracing.Span):
             decision=dict(tags.get(_PREFIX + "decision", {})),
             fallbacks=list(tags.get(_PREFIX + "fallback", [])),
             error=tags.get(_PREFIX + "error"),
+            warnings=list(tags.get(_PREFIX + "warning", [])),
         )
         inputs = tags.get("haystack.component.input") or {}
         outputs = tags.get("haystack.component.output") or {}
@@ -228,7 +230,7 @@ class RagkitTracer(tracing.Tracer):
 
 def record(**tags: Any) -> None:
     """Attach ragkit facts to the current step: ``record(llm_calls=1, prompt_tokens=310,
-    decision={"route": "FACTUAL"}, fallback="router: parse_failed")``. A no-op without a tracer."""
+    decision={"route": "FACTUAL"}, fallback="router: parse_failed", warning="cut at max_tokens")``. A no-op without a tracer."""
     span = tracing.tracer.current_span()
     if span is None:
         return
@@ -245,6 +247,20 @@ def active_trace() -> Trace | None:
 def failed_steps(trace: Trace) -> list[str]:
     """Steps that raised, or whose LLM call failed or gave an unusable reply (each named once, in order)."""
     return list(dict.fromkeys(s.name for s in trace.steps if s.error or s.fallbacks))
+
+
+def degraded_steps(trace: Trace) -> list[str]:
+    """Failed steps, and steps whose reply was usable but degraded (cut at max_tokens, trimmed prompt)."""
+    return list(dict.fromkeys(s.name for s in trace.steps if s.error or s.fallbacks or s.warnings))
+
+
+def first_failure(trace: Trace, prefer: tuple[str, ...] = ()) -> str | None:
+    """``"step: what failed"`` for the first failed step (of ``prefer`` if any of those failed): the
+    one line a CLI or API caller is shown."""
+    for step in sorted(trace.steps, key=lambda s: s.name not in prefer):
+        if step.error or step.fallbacks:
+            return f"{step.name}: {step.error or step.fallbacks[0]}"
+    return None
 
 
 def one_time_seconds(trace: Trace) -> dict[str, float]:

@@ -1,0 +1,121 @@
+"""A fake OpenAI-compatible chat server on 127.0.0.1 that misbehaves on purpose.
+
+Modes (the path's first segment, so one server serves them all: ``http://127.0.0.1:PORT/<mode>/v1``):
+
+* ``ok``      a normal reply (``FakeOpenAI.answer``), honouring nothing but the protocol
+* ``hang``    accepts the request and never answers (until the server stops)
+* ``empty``   200 with ``"choices": []``
+* ``broken``  200 with a body that is not JSON
+* ``babble``  200 with a 2 MB reply and ``finish_reason: stop`` (a server that ignores max_tokens)
+* ``error``   500 with an error body
+
+``refused_url()`` gives a base URL where nothing listens (connection refused).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BABBLE_BYTES = 2 * 1024 * 1024
+
+
+def _completion(text: str, finish_reason: str = "stop") -> dict:
+    return {
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": "fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": max(1, len(text) // 4), "total_tokens": 10 + len(text) // 4},
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        length = int(self.headers.get("Content-Length") or 0)
+        request = json.loads(self.rfile.read(length) or b"{}")
+        mode = self.path.strip("/").split("/")[0]
+        self.server.requests.append((mode, request))
+        if mode == "hang":
+            self.server.stopping.wait()
+            return
+        if mode == "empty":
+            body = _completion("")
+            body["choices"] = []
+            return self._send(200, json.dumps(body).encode())
+        if mode == "broken":
+            return self._send(200, b'{"id": "chatcmpl-fake", "choices": [{"message": ')
+        if mode == "babble":
+            words = ("lorem ipsum dolor sit amet consectetur " * (BABBLE_BYTES // 38 + 1))[:BABBLE_BYTES]
+            return self._send(200, json.dumps(_completion(words)).encode())
+        if mode == "error":
+            return self._send(500, json.dumps({"error": {"message": "internal error", "type": "server_error"}}).encode())
+        schema = (request.get("response_format") or {}).get("json_schema", {}).get("schema", {})
+        props = schema.get("properties", {})
+        if "label" in props:  # a constrained choice: the first allowed label
+            text = json.dumps({"label": props["label"]["enum"][0]})
+        elif "labels" in props:
+            text = json.dumps({"labels": ["yes"] * int(props["labels"].get("minItems", 1))})
+        elif "scores" in props:
+            text = json.dumps({"scores": [5] * int(props["scores"].get("minItems", 1))})
+        else:
+            text = self.server.answer
+        self._send(200, json.dumps(_completion(text)).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, answer: str):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answer = answer
+        self.requests: list[tuple[str, dict]] = []
+        self.stopping = threading.Event()
+
+
+class FakeOpenAI:
+    """``with FakeOpenAI() as server: server.url("hang")`` → a base URL for ``RAGKIT_OPENAI_BASE_URL``."""
+
+    def __init__(self, answer: str = "Nikola Tesla was born in Smiljan [1]."):
+        self._server = _Server(answer)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeOpenAI":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def requests(self) -> list[tuple[str, dict]]:
+        return self._server.requests
+
+    def url(self, mode: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{mode}/v1"
+
+
+def refused_url() -> str:
+    """A base URL on a port that was free a moment ago: connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
