@@ -4,20 +4,36 @@ Conversion uses Haystack's converters (``TextFileToDocument`` for .txt and .md �
 as written so headings survive for section metadata — ``PyPDFToDocument``, and ``HTMLToDocument``
 with trafilatura emitting markdown). What is written here is the checking around them: Haystack's
 converters log and skip a bad file, while a user indexing a folder needs to be told which file was
-skipped and why (empty, binary, not UTF-8, corrupted PDF, no extractable text, too large).
+skipped and why (empty, binary, not UTF-8, corrupted PDF, no extractable text, too large,
+permission denied — for a file or a whole folder), and one bad file must never abort the run.
+
+Text files are decoded by their byte-order mark (UTF-8, UTF-16 and UTF-32, either byte order), else
+as UTF-8. A file name that is not valid UTF-8 (possible on Linux) is recorded with its odd bytes
+written as ``\\xNN`` (:func:`source_identity`), so it can be stored in the index's UTF-8 JSON.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
+import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from haystack import Document
 
 SUPPORTED_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".pdf": "pdf", ".html": "html", ".htm": "html"}
 MAX_FILE_BYTES = 50 * 1024 * 1024
+# longest first: the UTF-32 LE mark begins with the UTF-16 LE one
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class IngestError(ValueError):
@@ -42,33 +58,71 @@ class LoadReport:
         return [f.document for f in self.files]
 
 
-def discover(path: str | Path) -> list[Path]:
-    """Supported files under ``path`` (or ``path`` itself), sorted, hidden folders skipped."""
+def source_identity(file: Path, root: Path) -> str:
+    """How ``file`` is named in the index: its path relative to ``root`` when inside it, else its
+    absolute path. Bytes that are not UTF-8 (a Linux file name may hold any) become ``\\xNN``, so
+    the name is storable as UTF-8 JSON and the same file always gets the same name."""
+    try:
+        name = str(file.relative_to(root))
+    except ValueError:
+        name = str(file)
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def discover(path: str | Path, problems: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Supported files under ``path`` (or ``path`` itself), sorted, hidden folders skipped.
+
+    A folder that cannot be listed is appended to ``problems`` with its reason instead of
+    stopping the walk (``Path.rglob`` would skip it silently or raise).
+    """
     path = Path(path)
     if not path.exists():
         raise IngestError(f"{path} does not exist")
-    if path.is_file():
+    if not path.is_dir():
         return [path]
-    files = [
-        p
-        for p in sorted(path.rglob("*"))
-        if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES and not any(part.startswith(".") for part in p.relative_to(path).parts)
-    ]
-    return files
+
+    def unreadable(exc: OSError) -> None:
+        if problems is not None:
+            problems.append((Path(exc.filename or path), _os_reason(exc, folder=True)))
+
+    files = []
+    for folder, dirnames, filenames in os.walk(path, onerror=unreadable):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            candidate = Path(folder) / name
+            if not name.startswith(".") and candidate.suffix.lower() in SUPPORTED_SUFFIXES and candidate.is_file():
+                files.append(candidate)
+    return sorted(files)
 
 
-def load_files(path: str | Path, root: str | Path | None = None) -> LoadReport:
-    """Convert every supported file under ``path``. Never raises for a bad file: it is reported in ``skipped``."""
-    files = discover(path)
-    if not files:
+def load_files(path: str | Path, root: str | Path | None = None, progress: bool = False) -> LoadReport:
+    """Convert every supported file under ``path``. Never raises for a bad file: it is reported in ``skipped``.
+
+    Sources are named by :func:`source_identity` against ``root`` (default: ``path`` itself if a
+    folder, else its folder). ``progress`` shows a bar over the files (conversion of thousands of
+    files takes minutes).
+    """
+    if not Path(path).exists():
+        raise IngestError(f"{path} does not exist")
+    given = Path(os.path.realpath(path))  # one canonical spelling, so names never depend on "./" or symlinks
+    problems: list[tuple[Path, str]] = []
+    files = discover(given, problems)
+    if not files and not problems:
         raise IngestError(f"{path} holds no supported files ({', '.join(sorted(SUPPORTED_SUFFIXES))})")
-    base = Path(root) if root else (Path(path) if Path(path).is_dir() else Path(path).parent)
+    base = Path(os.path.realpath(root)) if root else (given if given.is_dir() else given.parent)
     report = LoadReport()
+    report.skipped = [(source_identity(p, base), reason) for p, reason in problems]
+    seen: dict[str, Path] = {}
+    if progress:
+        from tqdm.auto import tqdm
+
+        files = tqdm(files, desc="converting", unit="file")
     for file in files:
-        try:
-            source = str(file.relative_to(base))
-        except ValueError:
-            source = str(file)
+        source = source_identity(file, base)
+        if source in seen:  # two odd-byte names that escape to the same text
+            report.skipped.append((source, f"its name, with non-UTF-8 bytes written as \\xNN, is that of another file ({seen[source].name!a})"))
+            continue
+        seen[source] = file
         try:
             loaded = _load_one(file, source)
         except _Skip as skip:
@@ -76,6 +130,13 @@ def load_files(path: str | Path, root: str | Path | None = None) -> LoadReport:
             continue
         report.files.append(loaded)
     return report
+
+
+def _os_reason(exc: OSError, folder: bool = False) -> str:
+    what = "folder " if folder else ""
+    if isinstance(exc, PermissionError):
+        return f"permission denied ({what}not readable)"
+    return f"{what}could not be read ({exc.strerror or type(exc).__name__})"
 
 
 class _Skip(Exception):
@@ -86,47 +147,84 @@ def _load_one(file: Path, source: str) -> LoadedFile:
     kind = SUPPORTED_SUFFIXES.get(file.suffix.lower())
     if kind is None:
         raise _Skip(f"unsupported file type {file.suffix!r}")
-    size = file.stat().st_size
-    if size == 0:
-        raise _Skip("empty file")
-    if size > MAX_FILE_BYTES:
-        raise _Skip(f"file is {size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB limit")
-    raw = file.read_bytes()
+    try:
+        size = file.stat().st_size
+        if size == 0:
+            raise _Skip("empty file")
+        if size > MAX_FILE_BYTES:
+            raise _Skip(f"file is {size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB limit")
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise _Skip(_os_reason(exc)) from None
     digest = hashlib.sha256(raw).hexdigest()
     if kind == "pdf":
         if not raw.startswith(b"%PDF-"):
             raise _Skip("not a PDF (no %PDF- header)")
         text = _convert_pdf(file)
     else:
-        if b"\x00" in raw[:8192]:
-            raise _Skip("binary file (NUL bytes), not text")
-        try:
-            decoded = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise _Skip(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        decoded = _decode_text(raw)
         text = _convert_html(decoded) if kind == "html" else decoded
     if not text or not text.strip():
         raise _Skip("no extractable text")
-    meta = {"source": source, "file_type": kind, "title": _title(text, file)}
+    # a converter can hand back lone surrogates, which UTF-8 JSON cannot store: better one U+FFFD
+    # than a save that fails after the whole folder was embedded
+    text = _SURROGATE.sub("\ufffd", text)
+    meta = {"source": source, "file_type": kind, "title": _title(text, Path(source))}
     return LoadedFile(path=file, source=source, sha256=digest, document=Document(content=text, meta=meta))
+
+
+def _decode_text(raw: bytes) -> str:
+    for bom, encoding in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise _Skip(f"not {encoding.upper()} text despite its byte-order mark ({exc.reason} at byte {exc.start})") from None
+    if b"\x00" in raw[:8192]:
+        raise _Skip("binary file (NUL bytes), not text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Skip(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _convert_pdf(file: Path) -> str:
     from haystack.components.converters import PyPDFToDocument
 
-    # PyPDFToDocument logs and returns nothing for a broken PDF; silence its warning, we report it.
-    logger = logging.getLogger("haystack.components.converters.pypdf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        docs = PyPDFToDocument().run(sources=[file])["documents"]
-    except Exception as exc:  # pypdf raises a zoo of errors on damaged files
-        raise _Skip(f"corrupted PDF ({type(exc).__name__}: {exc})") from None
-    finally:
-        logger.setLevel(level)
+    # PyPDFToDocument logs and returns nothing for a broken PDF, and pypdf logs its own findings
+    # ("EOF marker not found") straight to stderr; both go into the skip reason instead.
+    with _captured_logs("pypdf", "haystack.components.converters.pypdf") as messages:
+        try:
+            docs = PyPDFToDocument().run(sources=[file])["documents"]
+        except Exception as exc:  # pypdf raises a zoo of errors on damaged files
+            raise _Skip(f"corrupted PDF ({type(exc).__name__}: {exc})") from None
     if not docs:
-        raise _Skip("corrupted or unreadable PDF")
+        details = list(dict.fromkeys(m.split("skipping. ", 1)[-1] for m in messages))
+        raise _Skip("corrupted or unreadable PDF" + (f" ({'; '.join(details)})" if details else ""))
     return docs[0].content or ""
+
+
+@contextmanager
+def _captured_logs(*names: str) -> Iterator[list[str]]:
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(lg.propagate, lg.level) for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.propagate = False
+        lg.setLevel(logging.WARNING)
+    try:
+        yield messages
+    finally:
+        for lg, (propagate, level) in zip(loggers, saved):
+            lg.removeHandler(handler)
+            lg.propagate, lg.level = propagate, level
 
 
 def _convert_html(html: str) -> str:
