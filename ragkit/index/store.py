@@ -1,13 +1,17 @@
 """The on-disk index: one chunk table shared by a FAISS dense index and a bm25s sparse index.
 
-Layout of an index directory (format version :data:`INDEX_FORMAT_VERSION`)::
+Layout of one index version (format version :data:`INDEX_FORMAT_VERSION`)::
 
-    manifest.json    format, versions, embedder, dimension, sources, sha256 of every file below
+    manifest.json    format, versions, embedder, dimension, root, sources, sha256 of every file below
     chunks.jsonl     one chunk per line: id, content, meta, FAISS integer id
     parents.jsonl    parent blocks of hierarchical chunking (may be empty)
     dense.faiss      FAISS native IndexIDMap2 over L2-normalised vectors (cosine): exact IndexFlatIP, or
                      IndexHNSWFlat once an "auto" index passes HNSW_THRESHOLD chunks
     sparse/          bm25s arrays (np.save, allow_pickle=False) + row → chunk id list
+
+An index directory holds such versions under ``versions/`` and a ``CURRENT`` pointer
+(:mod:`ragkit.index.versions`); a directory written before that layout, with these files directly
+in it, still loads and is converted by its next save.
 
 Why faiss-cpu directly instead of faiss-haystack's ``FAISSDocumentStore``: that store keeps every
 chunk's embedding twice — in FAISS and as a Python ``list[float]`` on the Document — persists the
@@ -15,18 +19,19 @@ embeddings as JSON text, and has no sparse side. Measured at 20k chunks (bench/f
 394 MB resident and 207 MB on disk against 168 MB and 46 MB here (bm25s index included), and 22 s
 against 3 s to build and save. Here vectors live only in FAISS and both retrievers share one table.
 
-Saving is atomic (write a sibling folder, then swap), and loading verifies the manifest's format
-version, embedder and checksums before FAISS reads a byte: a corrupted or foreign index is refused
-with :class:`IndexError_` subclasses and a message that says what to do, never half-loaded.
+Saving writes a new version and swaps one pointer file, under an inter-process lock
+(:func:`index_write_lock`, the ``filelock`` package), so concurrent writers queue instead of
+overwriting each other, and a crash or a concurrent reader sees the old or the new index. Loading
+verifies the manifest's format version, embedder and checksums before FAISS reads a byte: a
+corrupted or foreign index is refused with :class:`IndexError_` subclasses and a message that says
+what to do, never half-loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +41,17 @@ import faiss
 import numpy as np
 from haystack import Document
 
+from ragkit.index import versions
+from ragkit.index.versions import (  # noqa: F401  (the index's error types and lock are part of this module's API)
+    DEFAULT_LOCK_TIMEOUT_S,
+    EmbedderMismatchError,
+    IndexCorruptedError,
+    IndexError_,
+    IndexLockedError,
+    IndexNotFoundError,
+    IndexVersionError,
+    index_write_lock,
+)
 from ragkit.index.sparse import BM25sIndex
 
 DEFAULT_INDEX_DIR = ".ragkit/index"  # where the CLI, the notebooks and AgenticRAG look unless told otherwise
@@ -48,26 +64,9 @@ HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 512
 _FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
-
-
-class IndexError_(RuntimeError):
-    """Base class for index problems (named with a trailing underscore: ``IndexError`` is a builtin)."""
-
-
-class IndexNotFoundError(IndexError_):
-    pass
-
-
-class IndexCorruptedError(IndexError_):
-    pass
-
-
-class IndexVersionError(IndexError_):
-    pass
-
-
-class EmbedderMismatchError(IndexError_):
-    pass
+# A reader whose version folder is removed under it (a save finished meanwhile) re-reads CURRENT;
+# each retry needs another complete save to land inside one load, so a few are plenty.
+_LOAD_ATTEMPTS = 6
 
 
 @dataclass
@@ -104,7 +103,9 @@ class RagIndex:
         self._dense = self._new_dense(hnsw=dense_index == "hnsw")
         self._sparse = BM25sIndex(language=sparse_language)
         self._sparse_stale = False
-        self.path: Path | None = None  # where it was last saved to or loaded from
+        self.path: Path | None = None  # the index folder it was last saved to or loaded from
+        # absolute folder that source identities are relative to (set by the indexer; see indexer.py)
+        self.root: str | None = None
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -155,6 +156,8 @@ class RagIndex:
                 )
             if doc.id in self.chunks:
                 raise ValueError(f"chunk {doc.id} is already in the index (delete its source first)")
+            if problem := unstorable(doc):
+                raise ValueError(f"chunk {doc.id} of {doc.meta.get('source')!a} cannot be saved as UTF-8 JSON: {problem}")
             vectors.append(doc.embedding)
         if not chunks:
             return 0
@@ -240,58 +243,103 @@ class RagIndex:
         return out
 
     # -- persistence -------------------------------------------------------------------------
-    def save(self, path: str | Path) -> None:
-        """Write the index to ``path`` atomically: readers see the old or the new index, never a mix."""
+    def save(self, path: str | Path, lock_timeout: float | None = None) -> None:
+        """Write the index to the folder ``path`` as a new version and swap it in: a crash at any
+        point, or a reader at any moment, sees the previous index or this one, whole."""
         path = Path(path)
         self._refresh_sparse()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
-            _write_jsonl(tmp / "chunks.jsonl", ({**_doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
-            _write_jsonl(tmp / "parents.jsonl", (_doc_record(d) for d in self.parents.values()))
-            faiss.write_index(self._dense, str(tmp / "dense.faiss"))
-            self._sparse.save(tmp / "sparse")
-            files = {rel: _sha256(tmp / rel) for rel in _FILES}
-            for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
-                files[f"sparse/bm25s/{extra.name}"] = _sha256(extra)
-            from ragkit import __version__
-
-            manifest = {
-                "format": "ragkit-index",
-                "format_version": INDEX_FORMAT_VERSION,
-                "ragkit_version": __version__,
-                "embedder": self.embedder,
-                "dim": self.dim,
-                "sparse_language": self._sparse.language,
-                "dense_index": self.dense_index,
-                "chunks": len(self.chunks),
-                "next_faiss_id": self._next_faiss_id,
-                "sources": {s: vars(info) for s, info in self.sources.items()},
-                "files": files,
-            }
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-            old = None
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                os.replace(path, old)
-            os.replace(tmp, path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+        with index_write_lock(path, lock_timeout):
+            folder = versions.new_version_dir(path)
+            versions.fault_point("version folder created")
+            try:
+                self._write_version(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            try:
+                versions.publish(path, folder)
+            except BaseException:
+                if versions.read_current(path) != folder:  # not live: unpublish it, manifest first
+                    (folder / versions.MANIFEST).unlink(missing_ok=True)
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
             self.path = path
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            versions.prune(path, keep=folder)
+
+    def _write_version(self, tmp: Path) -> None:
+        _write_jsonl(tmp / "chunks.jsonl", ({**_doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
+        versions.fault_point("chunks.jsonl written")
+        _write_jsonl(tmp / "parents.jsonl", (_doc_record(d) for d in self.parents.values()))
+        versions.fault_point("parents.jsonl written")
+        faiss.write_index(self._dense, str(tmp / "dense.faiss"))
+        versions.fault_point("dense.faiss written")
+        self._sparse.save(tmp / "sparse")
+        versions.fault_point("sparse written")
+        files = {rel: _sha256(tmp / rel) for rel in _FILES}
+        for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
+            files[f"sparse/bm25s/{extra.name}"] = _sha256(extra)
+        versions.fsync_tree(tmp)
+        versions.fault_point("files fsynced")
+        from ragkit import __version__
+
+        manifest = {
+            "format": "ragkit-index",
+            "format_version": INDEX_FORMAT_VERSION,
+            "ragkit_version": __version__,
+            "embedder": self.embedder,
+            "dim": self.dim,
+            "sparse_language": self._sparse.language,
+            "dense_index": self.dense_index,
+            "chunks": len(self.chunks),
+            "next_faiss_id": self._next_faiss_id,
+            "root": self.root,
+            "sources": {s: vars(info) for s, info in self.sources.items()},
+            "files": files,
+        }
+        # last, and atomically: a version folder without its manifest is incomplete and never read
+        versions.write_file_durably(tmp / versions.MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"), "manifest.json")
 
     @classmethod
     def exists(cls, path: str | Path) -> bool:
-        return (Path(path) / "manifest.json").is_file()
+        """True for an index folder in either layout (versioned, or flat from before)."""
+        path = Path(path)
+        return (path / versions.CURRENT).is_file() or versions.live_dir(path) is not None
+
+    @classmethod
+    def live_dir(cls, path: str | Path) -> Path | None:
+        """The folder holding the files of the index ``path`` serves now (None: no index)."""
+        return versions.live_dir(path)
 
     @classmethod
     def load(cls, path: str | Path, expected_embedder: str | None = None) -> "RagIndex":
         path = Path(path)
-        manifest_path = path / "manifest.json"
+        failure: Exception | None = None
+        for attempt in range(_LOAD_ATTEMPTS):
+            folder = versions.live_dir(path)
+            if folder is None:
+                raise IndexNotFoundError(f"No ragkit index at {path} (no CURRENT or manifest.json). Build one with: ragkit index <folder>")
+            try:
+                index = cls._load_folder(folder, path, expected_embedder)
+            except (IndexVersionError, EmbedderMismatchError):
+                raise  # a property of the index itself, whichever version is read
+            except Exception as exc:
+                if versions.live_dir(path) == folder:
+                    raise  # the live version itself is bad, not one a save replaced while we read it
+                failure = exc
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            index.path = path
+            return index
+        raise IndexCorruptedError(
+            f"Index at {path} kept changing while it was read ({_LOAD_ATTEMPTS} saves in a row landed during one load); "
+            f"try again. Last error: {failure}"
+        )
+
+    @classmethod
+    def _load_folder(cls, folder: Path, path: Path, expected_embedder: str | None) -> "RagIndex":
+        manifest_path = folder / "manifest.json"
         if not manifest_path.is_file():
-            raise IndexNotFoundError(f"No ragkit index at {path} (no manifest.json). Build one with: ragkit index <folder>")
+            raise IndexCorruptedError(f"Index at {path}: version {folder.name} has no manifest.json; rebuild the index with: ragkit index <folder> --rebuild")
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -310,7 +358,7 @@ class RagIndex:
                 "is configured; query vectors would not be comparable. Rebuild the index or change the embedder."
             )
         for rel, digest in manifest.get("files", {}).items():
-            file = path / rel
+            file = folder / rel
             if not file.is_file() or _sha256(file) != digest:
                 raise IndexCorruptedError(
                     f"Index file {file} is missing or corrupted (checksum mismatch); rebuild the index with: "
@@ -320,25 +368,35 @@ class RagIndex:
             embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"),
             dense_index=manifest.get("dense_index", "auto"),
         )
-        for record in _read_jsonl(path / "chunks.jsonl"):
+        for record in _read_jsonl(folder / "chunks.jsonl"):
             fid = int(record.pop("faiss_id"))
             doc = Document(**record)
             index.chunks[doc.id] = doc
             index._faiss_id[doc.id] = fid
             index._chunk_at[fid] = doc.id
-        for record in _read_jsonl(path / "parents.jsonl"):
+        for record in _read_jsonl(folder / "parents.jsonl"):
             doc = Document(**record)
             index.parents[doc.id] = doc
-        index._dense = faiss.read_index(str(path / "dense.faiss"))
+        index._dense = faiss.read_index(str(folder / "dense.faiss"))
         if index._dense.ntotal != len(index.chunks) or index._dense.d != index.dim:
             raise IndexCorruptedError(f"Index at {path}: FAISS holds {index._dense.ntotal} vectors for {len(index.chunks)} chunks")
-        index._sparse = BM25sIndex.load(path / "sparse")
+        index._sparse = BM25sIndex.load(folder / "sparse")
         if len(index._sparse) != len(index.chunks):
             raise IndexCorruptedError(f"Index at {path}: sparse index rows do not match the chunk table")
         index._next_faiss_id = int(manifest.get("next_faiss_id", len(index.chunks)))
+        index.root = manifest.get("root")
         index.sources = {s: SourceInfo(**info) for s, info in manifest.get("sources", {}).items()}
-        index.path = path
         return index
+
+
+def unstorable(doc: Document) -> str | None:
+    """Why ``doc`` cannot be written to the index's UTF-8 JSON lines (a lone surrogate from a
+    non-UTF-8 file name, a meta value JSON cannot hold), or None if it can."""
+    try:
+        json.dumps(_doc_record(doc), ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        return str(exc)
+    return None
 
 
 def _doc_record(doc: Document) -> dict:
