@@ -1,23 +1,34 @@
 """Index a file or folder into a :class:`~ragkit.index.store.RagIndex` on disk, incrementally.
 
 A file whose bytes are unchanged since the last run is skipped; a changed file has its old chunks
-replaced; ``remove_missing`` drops sources whose files are gone. Everything is converted, chunked
-and embedded *before* the index is touched, and the index is saved atomically, so a failure at
-any step leaves the previous index as it was.
+replaced; ``remove_missing`` drops sources whose files are gone — only those inside the file or
+folder indexed this time. Everything is converted, chunked, checked to be storable and embedded
+*before* the index is touched, and the whole load → diff → embed → save runs under the index's
+inter-process write lock, so two runs on one index queue instead of losing each other's files,
+and a failure at any step leaves the previous index as it was.
+
+Sources have one name per file whatever path is passed: the index records a root folder (the
+first folder indexed, or the folder of the first file) and names every file by its path relative
+to it, or by its absolute path when outside it. ``ragkit index docs`` then ``ragkit index
+docs/wiki`` both call a file ``wiki/Rhine.md``. An index from before roots were recorded gets the
+folder its sources are found under. ``dry_run`` reports what would change and changes nothing.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from haystack import Document
 
 from ragkit.components.token_chunker import TokenChunker
 from ragkit.config import RagConfig
-from ragkit.index.store import RagIndex
-from ragkit.index.ingest import load_files
+from ragkit.index.ingest import IngestError, LoadReport, load_files
+from ragkit.index.store import RagIndex, index_write_lock, unstorable
 from ragkit.llm.generators import build_document_embedder
 
 
@@ -31,6 +42,8 @@ class IndexReport:
     chunks_added: int = 0
     total_chunks: int = 0
     seconds: float = 0.0
+    root: str = ""  # the folder source names are relative to
+    dry_run: bool = False  # added / removed are what would happen; nothing was written
 
 
 def chunk_documents(documents: list[Document], config: RagConfig) -> tuple[list[Document], list[Document]]:
@@ -56,30 +69,60 @@ def build_index(
     rebuild: bool = False,
     remove_missing: bool = False,
     progress: bool = True,
+    dry_run: bool = False,
+    lock_timeout: float | None = None,
+    on_plan: Callable[[IndexReport], None] | None = None,
 ) -> IndexReport:
+    """Bring ``index_dir`` up to date with ``path``; see the module docstring.
+
+    ``on_plan`` is called with the report's added / unchanged / removed lists filled before any
+    embedding starts (the CLI prints what will be removed there). ``lock_timeout``: seconds to
+    wait for another run holding the index (default ``DEFAULT_LOCK_TIMEOUT_S``), then
+    :class:`~ragkit.index.store.IndexLockedError`.
+    """
     config = config or RagConfig()
     started = time.perf_counter()
-    report = IndexReport(index_dir=str(index_dir))
-    loaded = load_files(path)
-    report.skipped = loaded.skipped
+    if not Path(path).exists():
+        raise IngestError(f"{path} does not exist")
+    given = Path(os.path.realpath(path))
+    # converting files needs no lock; the root it names them by is re-checked under the lock
+    root = _root_for(None if rebuild else _recorded(index_dir), given)
+    loaded = load_files(path, root=root, progress=progress)
+    if dry_run:
+        index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
+        report, _todo = _plan(index, loaded, given, root, remove_missing, index_dir)
+        report.dry_run, report.total_chunks = True, len(index) if index else 0
+        report.seconds = time.perf_counter() - started
+        return report
+    with index_write_lock(index_dir, lock_timeout):
+        index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
+        actual = _root_for((index.root, list(index.sources)) if index else None, given)
+        if actual != root:  # another run changed the index between the peek and the lock
+            root = actual
+            loaded = load_files(path, root=root, progress=progress)
+        report, todo = _plan(index, loaded, given, root, remove_missing, index_dir)
+        if on_plan is not None:
+            on_plan(report)
+        _update(index, index_dir, todo, report, config, progress, root)
+    report.seconds = time.perf_counter() - started
+    return report
 
-    index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
-    todo = []
-    for file in loaded.files:
-        known = index.sources.get(file.source) if index else None
-        if known and known.sha256 == file.sha256:
-            report.unchanged.append(file.source)
-        else:
-            todo.append(file)
-    if index and remove_missing:
-        present = {f.source for f in loaded.files} | {s for s, _ in loaded.skipped}
-        report.removed = sorted(s for s in index.sources if s not in present)
 
+def _update(index: RagIndex | None, index_dir, todo, report: IndexReport, config: RagConfig, progress: bool, root: Path) -> None:
     embedder = None
     leaves: list[Document] = []
     parents: list[Document] = []
     if todo:
         leaves, parents = chunk_documents([f.document for f in todo], config)
+        # every record must be writable as UTF-8 JSON, checked before the expensive embedding
+        bad = {d.meta.get("source"): problem for d in leaves + parents if (problem := unstorable(d))}
+        if bad:
+            report.skipped += [(s, f"cannot be stored in the index ({problem})") for s, problem in bad.items()]
+            todo = [f for f in todo if f.source not in bad]
+            leaves = [d for d in leaves if d.meta.get("source") not in bad]
+            parents = [d for d in parents if d.meta.get("source") not in bad]
+            report.added = [f.source for f in todo]
+    if leaves:
         embedder = build_document_embedder(config.models, progress_bar=progress)
         embedder.warm_up()
         leaves = embedder.run(documents=leaves)["documents"]
@@ -96,9 +139,63 @@ def build_index(
     for file in todo:
         index.delete_source(file.source)
     report.chunks_added = index.add(leaves, parents, source_hashes={f.source: f.sha256 for f in todo})
-    report.added = [f.source for f in todo]
-    if todo or report.removed or not RagIndex.exists(index_dir):
+    if todo or report.removed or index.root != str(root) or not RagIndex.exists(index_dir):
+        index.root = str(root)
         index.save(index_dir)
     report.total_chunks = len(index)
-    report.seconds = time.perf_counter() - started
-    return report
+
+
+def _plan(index: RagIndex | None, loaded: LoadReport, given: Path, root: Path, remove_missing: bool, index_dir) -> tuple[IndexReport, list]:
+    report = IndexReport(index_dir=str(index_dir), root=str(root), skipped=list(loaded.skipped))
+    todo = []
+    for file in loaded.files:
+        known = index.sources.get(file.source) if index else None
+        if known and known.sha256 == file.sha256:
+            report.unchanged.append(file.source)
+        else:
+            todo.append(file)
+    if index and remove_missing:
+        present = {f.source for f in loaded.files} | {s for s, _ in loaded.skipped}
+        # a skipped file or unreadable folder keeps what was indexed from it ("." is the root itself)
+        if "." in present:
+            present = set(index.sources)
+        under_skipped = tuple(s.rstrip(os.sep) + os.sep for s, _ in loaded.skipped)
+        report.removed = sorted(
+            s for s in index.sources if s not in present and not s.startswith(under_skipped) and _within(s, root, given)
+        )
+    report.added = [f.source for f in todo]
+    return report, todo
+
+
+def _within(source: str, root: Path, given: Path) -> bool:
+    """Is the file a source names the path given this time, or inside it?"""
+    where = Path(source) if os.path.isabs(source) else root / source
+    return where == given or where.is_relative_to(given)
+
+
+def _recorded(index_dir) -> tuple[str | None, list[str]] | None:
+    """(root, sources) from the live manifest without loading the index; None if there is none
+    readable (the load under the lock then reports what is wrong)."""
+    folder = RagIndex.live_dir(index_dir)
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) if folder else None
+        return (manifest.get("root"), list(manifest.get("sources", {}))) if isinstance(manifest, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _root_for(recorded: tuple[str | None, list[str]] | None, given: Path) -> Path:
+    """The folder source names are relative to: the index's, else (a new index) the folder given
+    or the folder of the file given. An index from before roots were recorded gets the nearest
+    folder, from the given one upwards, under which its relative sources exist."""
+    here = given if given.is_dir() else given.parent
+    if recorded is None:
+        return here
+    root, sources = recorded
+    if root:
+        return Path(root)
+    relative = [s for s in sources if not os.path.isabs(s)][:50]
+    for candidate in (here, *here.parents):
+        if relative and sum((candidate / s).exists() for s in relative) * 2 >= len(relative):
+            return candidate
+    return here

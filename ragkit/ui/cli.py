@@ -28,16 +28,43 @@ def _config(args) -> RagConfig:
 
 
 def cmd_index(args, console) -> int:
+    """Index PATH; removals by --remove-missing are announced before the embedding starts (Ctrl-C
+    then keeps the index as it was) and listed again when done; --dry-run changes nothing."""
+    from rich.markup import escape
+
     from ragkit.index.indexer import build_index
 
-    report = build_index(args.path, args.index_dir, _config(args), rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet)
-    console.print(
-        f"[bold]Indexed[/] {len(report.added)} file(s) ({report.chunks_added} chunks), "
-        f"{len(report.unchanged)} unchanged, {len(report.removed)} removed → {report.total_chunks} chunks in "
-        f"{report.index_dir} ({report.seconds:.1f}s)"
+    def names(sources: list[str], most: int = 20) -> str:
+        listed = ", ".join(escape(s) for s in sources[:most])
+        return listed + (f" … and {len(sources) - most} more" if len(sources) > most else "")
+
+    def announce(plan) -> None:
+        if plan.removed:
+            console.print(f"[yellow]removing {len(plan.removed)} source(s)[/] no longer found under {escape(str(args.path))}: {names(plan.removed)}")
+
+    report = build_index(
+        args.path, args.index_dir, _config(args), rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
+        dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce,
     )
+    if report.dry_run:
+        console.print(
+            f"[bold]Dry run[/] (nothing written): would index {len(report.added)} file(s), {len(report.unchanged)} unchanged, "
+            f"would remove {len(report.removed)} source(s); {escape(report.index_dir)} holds {report.total_chunks} chunks"
+        )
+        for source in report.added:
+            console.print(f"  would index {escape(source)}")
+        for source in report.removed:
+            console.print(f"  [yellow]would remove[/] {escape(source)}")
+    else:
+        console.print(
+            f"[bold]Indexed[/] {len(report.added)} file(s) ({report.chunks_added} chunks), "
+            f"{len(report.unchanged)} unchanged, {len(report.removed)} removed → {report.total_chunks} chunks in "
+            f"{escape(report.index_dir)} ({report.seconds:.1f}s)"
+        )
+        if report.removed:
+            console.print(f"removed {len(report.removed)} source(s): {names(report.removed)}")
     for source, reason in report.skipped:
-        console.print(f"[yellow]skipped[/] {source}: {reason}")
+        console.print(f"[yellow]skipped[/] {escape(source)}: {escape(reason)}")
     return 0
 
 
@@ -165,7 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", parents=[common], help="add a file or folder (.md .txt .pdf .html) to the index")
     p.add_argument("path")
     p.add_argument("--rebuild", action="store_true", help="start a new index instead of updating")
-    p.add_argument("--remove-missing", action="store_true", help="drop indexed sources whose files are gone")
+    p.add_argument("--remove-missing", action="store_true", help="drop indexed sources under PATH whose files are gone")
+    p.add_argument("--dry-run", action="store_true", help="report what would be indexed and removed; change nothing")
+    p.add_argument("--lock-timeout", type=float, default=None, metavar="SECONDS",
+                   help="wait this long for another `ragkit index` run on the same index (default 600)")
     p.add_argument("--hierarchical", action="store_true", help="parent/child chunks (small to find, large to answer)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_index)
