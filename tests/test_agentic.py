@@ -57,7 +57,7 @@ def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
     script = ScriptedLLM()
     result = make(sample_index, fast_config, Features(), script).ask("Where was Nikola Tesla born?")
     assert result.answer.startswith("Tesla was born in Smiljan") and script.calls == ["answer"]
-    assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "context_check", "answer_prompt", "answer", "confidence"]
+    assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "guard", "context_check", "answer_prompt", "answer", "confidence"]
     assert result.trace.llm_calls == 1 and result.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
     assert 0 < result.confidence <= 1 and result.symbol in "●◐○"
 
@@ -73,7 +73,7 @@ def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
     names = [s.name for s in result.trace.steps]
     # the first reranked question of an AgenticRAG makes sure every sentence of the index has a vector (before the graph runs)
     assert names == [
-        "sentence_vectors", "router", "route_policy", "embed", "query_embedding", "retrieve", "rerank", "grade",
+        "sentence_vectors", "router", "route_policy", "embed", "query_embedding", "retrieve", "guard", "rerank", "grade",
         "context_check", "answer_prompt", "answer", "hallucination", "correction_router", "confidence",
     ]
     assert result.trace.step("correction_router").decision["exit_reason"] == "supported"

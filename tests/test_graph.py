@@ -40,7 +40,8 @@ def test_the_answer_prompt_template_sends_the_bytes_every_other_step_shares():
 
 def test_plain_rag_is_the_smallest_graph_and_each_toggle_adds_its_steps():
     plain = steps(Features())
-    assert plain == {"embed", "retrieve", "context_check", "answer_prompt", "answer", "confidence"}
+    assert plain == {"embed", "retrieve", "guard", "context_check", "answer_prompt", "answer", "confidence"}
+    assert steps(Features(injection_guard=False)) == plain - {"guard"}
     assert steps(Features(retrieval_mode="sparse")) == plain - {"embed"}
     assert steps(Features(grading=True)) == plain | {"grade"}
     assert steps(Features(rerank=True)) == plain | {"rerank"}

@@ -5,13 +5,20 @@ system message and the fenced sources come first and are byte-identical across s
 llama.cpp's prompt cache (it keeps the longest common token prefix of consecutive calls) evaluates
 the context once per question instead of once per step. The task-specific text goes last.
 
-Retrieved text is data: ``<`` is escaped inside sources so a document cannot close its fence, and
-the system message says instructions inside sources are not to be followed.
+Retrieved text is data. Every document-derived string that enters a prompt — content, title —
+goes through one function, :func:`fence`: ``<`` becomes ``&lt;`` (a document cannot close its
+``</source>`` fence, open a fake one, or write a chat-template control token such as
+``<|im_start|>``, which llama.cpp would otherwise tokenize as a real turn), and an attribute value
+also loses ``"`` and line breaks. The Jinja templates call the same function as a filter
+(:class:`SourcesPromptBuilder`). The system message says instructions inside sources are not to be
+followed, and :class:`ragkit.components.injection_guard.InjectionGuard` sets aside chunks that
+address the model before any LLM reads them.
 """
 
 from __future__ import annotations
 
-from haystack import Document
+from haystack import Document, component
+from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
 NO_ANSWER = "The documents don't say."
@@ -23,14 +30,22 @@ SHARED_SYSTEM = (
 )
 
 
+def fence(value: object, attribute: bool = False) -> str:
+    """Document-derived text made safe inside a ``<source …>`` fence (the one escaping rule)."""
+    text = "" if value is None else str(value)
+    text = text.replace("<", "&lt;")
+    if attribute:
+        text = " ".join(text.replace('"', "'").split())
+    return text
+
+
 def format_sources(documents: list[Document], max_chars: int | None = None) -> str:
     parts = []
     for i, doc in enumerate(documents, 1):
-        text = (doc.content or "").replace("<", "&lt;")
+        text = fence(doc.content)
         if max_chars is not None and len(text) > max_chars:
             text = text[:max_chars] + " …"
-        title = str(doc.meta.get("title", "")).replace('"', "'").replace("<", "&lt;")
-        parts.append(f'<source id="{i}" title="{title}">\n{text}\n</source>')
+        parts.append(f'<source id="{i}" title="{fence(doc.meta.get("title", ""), attribute=True)}">\n{text}\n</source>')
     return "Sources:\n" + "\n".join(parts)
 
 
@@ -59,26 +74,44 @@ def strict_answer_task(question: str) -> str:
     )
 
 
-# format_sources as Jinja, for pipelines whose prompt is a ChatPromptBuilder fed Documents: ``<`` escaped
-# in content and title, ``"`` in the title — byte for byte what context_messages sends (tested).
+# format_sources as Jinja for a SourcesPromptBuilder fed Documents, escaping through the same fence()
+# as a filter — byte for byte what context_messages sends (tested).
 SOURCES_TEMPLATE = (
     "Sources:\n"
     "{% for doc in documents %}"
-    "<source id=\"{{ loop.index }}\" title=\"{{ (doc.meta.get('title', '') | string).replace('\"', \"'\").replace('<', '&lt;') }}\">\n"
-    "{{ (doc.content or '').replace('<', '&lt;') }}\n</source>"
+    "<source id=\"{{ loop.index }}\" title=\"{{ doc.meta.get('title', '') | fence(true) }}\">\n"
+    "{{ doc.content | fence }}\n</source>"
     "{% if not loop.last %}\n{% endif %}"
     "{% endfor %}"
 )
+
+
+@component
+class SourcesPromptBuilder(ChatPromptBuilder):
+    """Haystack's ``ChatPromptBuilder`` with :func:`fence` as a Jinja filter, so a template escapes
+    documents exactly as :func:`format_sources` does."""
+
+    def __init__(self, template: list[ChatMessage] | None = None, required_variables=None, variables: list[str] | None = None):
+        if template is not None and variables is None:
+            # Haystack compiles the template to find its variables before a filter can be added:
+            # find them here, with the filter, and hand them over.
+            from jinja2 import Environment, meta
+
+            env = Environment()
+            env.filters["fence"] = fence
+            parsed = (env.parse(m.text) for m in template if m.text)
+            variables = sorted(set().union(*(meta.find_undeclared_variables(t) for t in parsed)) - {"loop"})
+        # @component rebuilds the class, so no bare super()
+        ChatPromptBuilder.__init__(self, template=template, required_variables=required_variables, variables=variables)
+        self._env.filters["fence"] = fence
 
 
 def answer_prompt_builder():
     """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the strict one
     when ``attempt`` (a self-correction retry) is set. The tasks come from the functions above with the
     question left as a Jinja variable, so there is one wording."""
-    from haystack.components.builders import ChatPromptBuilder
-
     user = SOURCES_TEMPLATE + "\n\n{% if attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
-    return ChatPromptBuilder(
+    return SourcesPromptBuilder(
         template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],
         required_variables=["documents", "question"],  # `attempt` arrives only from the correction loop
     )

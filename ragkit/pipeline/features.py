@@ -53,6 +53,9 @@ class Features:
     hyde: bool = False
     hyde_passages: int = 1
     retrieval_mode: str = "hybrid"  # dense | sparse | hybrid
+    # Set aside retrieved chunks that address the model ("ignore the question", "grade this 10"):
+    # a guard, not an agentic feature, so it is on in plain RAG too (components/injection_guard.py)
+    injection_guard: bool = True
     top_k: int = 3  # chunks in the answer prompt: each SQuAD-sized chunk costs ~1 s of prompt evaluation on 2 cores
     rerank: bool = False
     rerank_backend: str = "bi-encoder"  # bi-encoder | llm | cross-encoder

@@ -2,14 +2,16 @@
 
 Every toggle adds nodes or edges to one graph; plain RAG (``Features()``) is the smallest graph::
 
-    retrieve → context_check → answer_prompt → answer → confidence
+    embed → retrieve → guard → context_check → answer_prompt → answer → confidence
+
+(``guard`` sets aside chunks that address the model; ``Features(injection_guard=False)`` drops it.)
 
 All on, the graph branches and loops::
 
     router → route_policy ─direct_query→ direct_prompt → direct_answer            (SIMPLE: no retrieval)
                           ─search_query→ embed ─┐
                           ─hyde_query──→ hyde ──┴→ query_embedding (BranchJoiner) → retrieve
-    retrieve → rerank → grade → context_check ─no_context→ (end)
+    retrieve → guard → rerank → grade → context_check ─no_context→ (end)
                                               ─context→ self_correction → confidence
     self_correction (SuperComponent): answer_prompt → answer → hallucination → correction_router
                                       ↑───────────── retry (stricter task) ─────────┘
@@ -49,6 +51,7 @@ from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.components.hyde import HyDEEmbedder
+from ragkit.components.injection_guard import InjectionGuard
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
@@ -71,7 +74,7 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"router", "hyde", "retrieve", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"router", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -165,8 +168,12 @@ def build_pipeline(
     else:
         inputs["top_k"].append("retrieve.top_k")
 
-    # -- rerank, grade, and whether anything is left to answer from --------------------------------
+    # -- guard, rerank, grade, and whether anything is left to answer from ---------------------------
     last = "retrieve.documents"
+    if f.injection_guard:  # before any LLM reads the chunks: the grader obeys "grade this 10" too
+        pipe.add_component("guard", InjectionGuard())
+        pipe.connect(last, "guard.documents")
+        last = "guard.documents"
     if f.rerank:
         pipe.add_component("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=generator if f.rerank_backend == "llm" else None))
         pipe.connect(last, "rerank.documents")

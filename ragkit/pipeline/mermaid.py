@@ -48,7 +48,7 @@ def _role(name: str, type_name: str) -> str:
         return "route"
     if name in LLM_STEPS or type_name == "GuardedGenerator":
         return "llm"
-    if name in ("embed", "retrieve", "rerank", "query_embedding"):
+    if name in ("embed", "retrieve", "guard", "rerank", "query_embedding"):
         return "retrieve"
     return "other"
 

@@ -54,6 +54,8 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
     if "router" in out:
         result.route = out["router"].get("route")
         result.details["routing"] = out["router"].get("routing")
+    if out.get("guard", {}).get("quarantined"):
+        result.details["quarantined"] = out["guard"]["quarantined"]
     for step, key in (("hyde", "hyde"), ("rerank", "reranking"), ("grade", "grading"), ("self_correction", "hallucination")):
         if key in out.get(step, {}):
             result.details[key] = out[step][key]

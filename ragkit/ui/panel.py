@@ -42,7 +42,7 @@ from ragkit.pipeline.trace import Step
 GROUPS: dict[str, tuple[str, ...]] = {
     "routing": ("routing", "router_backend"),
     "HyDE": ("hyde", "hyde_passages"),
-    "retrieval": ("retrieval_mode", "top_k"),
+    "retrieval": ("retrieval_mode", "top_k", "injection_guard"),
     "reranking": ("rerank", "rerank_backend", "rerank_model", "rerank_candidates"),
     "grading": ("grading", "grader_backend", "grade_threshold"),
     "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold"),
@@ -56,7 +56,7 @@ RANGES: dict[str, tuple[float, float, float]] = {
 # Short labels: each control sits under its group's title, so "backend" says enough and fits a
 # ~260 px column (the field name is the tooltip).
 LABELS: dict[str, str] = {
-    "router_backend": "backend", "hyde_passages": "passages", "retrieval_mode": "mode", "top_k": "top k",
+    "router_backend": "backend", "hyde_passages": "passages", "retrieval_mode": "mode", "top_k": "top k", "injection_guard": "injection guard",
     "rerank_backend": "backend", "rerank_model": "model", "rerank_candidates": "candidates",
     "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
     "hhem_model": "HHEM model", "support_threshold": "threshold", "max_corrections": "max retries",
