@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from pathlib import Path
 
 import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Haystack loads)
@@ -87,28 +88,48 @@ def _engine(args, config=None, index=None):
     return AgenticRAG(_features(args), index_dir=args.index_dir, config=config or _config(args), index=index)
 
 
-def cmd_ask(args, console) -> int:
-    """One engine for every question: `Features()` (plain RAG) unless --features / --all-features."""
+def shown(value) -> str:
+    """A user- or document-derived string as terminal text: rich markup escaped ("[draft]" stays
+    visible, "[/]" cannot crash the display), control characters (ANSI escapes) shown, not obeyed."""
     from rich.markup import escape
+
+    text = "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+    return escape(text)
+
+
+def cmd_ask(args, console) -> int:
+    """One engine for every question: `Features()` (plain RAG) unless --features / --all-features.
+
+    Exit status: 0 answered (a step that degraded is named on stderr and lowers the confidence),
+    3 no answer could be produced (the LLM was unreachable, timed out, or replied with nothing
+    usable: one line on stderr names the step and the endpoint), 2 a bad question, config or index."""
+    from rich.console import Console
     from rich.table import Table
 
+    from ragkit.index.retrieval import check_query
+
+    check_query(args.question)  # before loading any model: a bad question is a usage error
     rag = _engine(args)
     result = rag.ask(args.question)
     trace = result.trace
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    status = 3 if result.failed or result.exit_reason == "pipeline_error" else 0
     note = "the index is empty" if len(rag.index) == 0 else ("no document matched the question" if result.exit_reason == "no_context" else "")
     if args.json:
         print(json.dumps({
             "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
             "route": result.route, "exit_reason": result.exit_reason, "declined": result.declined, "corrections": result.corrections,
             "p_lacks_answer": result.p_lacks_answer, "failed": result.failed, "failed_steps": result.failed_steps, "note": note,
+            "error": result.error, "warnings": result.warnings,
             "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
             "seconds": result.seconds, "timings_s": {s.name: round(s.seconds, 4) for s in trace.steps},
             "usage": {"llm_calls": trace.llm_calls, "prompt_tokens": trace.prompt_tokens, "prompt_tokens_reused": trace.prompt_tokens_reused, "completion_tokens": trace.completion_tokens},
             "trace": trace.table(),
         }, indent=1, default=str))
-        return 0
-    console.print(f"[bold]Q:[/] {escape(result.question)}")
-    console.print(f"[bold green]A:[/] {escape(result.answer)}")
+        _report_failures(errors, result, status)
+        return status
+    console.print(f"[bold]Q:[/] {shown(result.question)}")
+    console.print(f"[bold green]A:[/] {shown(result.answer)}")
     if note:
         console.print(f"[dim]({note})[/]")
     sureness = (f"declined (sources lack the answer: {result.p_lacks_answer:.0%} sure)" if result.p_lacks_answer is not None else "declined") if result.declined else (
@@ -117,22 +138,38 @@ def cmd_ask(args, console) -> int:
     facts = [sureness, failed, f"route {result.route}" if result.route else "",
              f"exit {result.exit_reason}" if result.exit_reason else "", f"{result.seconds:.2f} s", f"{trace.llm_calls} LLM calls",
              f"{trace.prompt_tokens_evaluated} prompt tokens evaluated, {trace.prompt_tokens_reused} reused"]
-    console.print(escape(" · ".join(f for f in facts if f)))
+    console.print(shown(" · ".join(f for f in facts if f)))
     sources = Table(title="Sources")
     for col in ("#", "source", "where", "score"):
         sources.add_column(col)
     for i, doc in enumerate(result.sources, 1):
         where = ", ".join(f"{k} {doc.meta[k]}" for k in ("page", "section") if doc.meta.get(k) is not None)
-        sources.add_row(str(i), escape(str(doc.meta.get("source"))), escape(where), f"{doc.score:.4f}" if doc.score is not None else "")
+        sources.add_row(str(i), shown(doc.meta.get("source")), shown(where), f"{doc.score:.4f}" if doc.score is not None else "")
     console.print(sources)
     table = Table(title="Trace: every step of the graph, in run order")
     rows = trace.table()
     for col in (rows[0] if rows else {}):
         table.add_column(col, justify="right" if col in ("ms", "llm_calls", "prompt_tokens", "reused", "completion_tokens") else "left")
     for row in rows:
-        table.add_row(*[escape(str(v)) for v in row.values()])
+        table.add_row(*[shown(v) for v in row.values()])
     console.print(table)
-    return 0
+    _report_failures(errors, result, status)
+    return status
+
+
+def _report_failures(errors, result, status: int) -> None:
+    if status:
+        errors.print(f"[bold red]error:[/] no answer: {shown(result.error or result.exit_reason)}")
+        return
+    for step in result.failed_steps:
+        errors.print(f"[yellow]warning:[/] step {shown(step)} failed, confidence capped: {shown(_step_error(result, step))}")
+    for warning in result.warnings:
+        errors.print(f"[yellow]warning:[/] {shown(warning)}")
+
+
+def _step_error(result, name: str) -> str:
+    step = result.trace.step(name)
+    return (step.error or (step.fallbacks[0] if step.fallbacks else "")) if step else ""
 
 
 def cmd_pipeline(args, console) -> int:
@@ -252,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, console)
     except (IndexError_, IngestError, MissingModelError, QueryError, ValueError) as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {shown(exc)}")
         return 2
 
 
