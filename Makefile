@@ -19,7 +19,7 @@ LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 LLAMA_WHEELS := $(HOME)/.cache/ragkit/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-avx2
 
-.PHONY: install demo test bench notebooks notebook-times clean
+.PHONY: install demo test reliability bench notebooks notebook-times clean
 
 install: $(STAMP)
 
@@ -39,6 +39,10 @@ demo: install
 
 test: install $(CHROMIUM)
 	$(BIN)/python -m pytest
+
+# The fault-injection suite alone (it also runs inside `make test`) -> bench/results/reliability.json
+reliability: install
+	RAGKIT_RELIABILITY_REPORT=bench/results/reliability.json $(BIN)/python -m pytest tests/reliability -m "not llm"
 
 # Installed only when missing, so a second run costs nothing.
 $(CHROMIUM):

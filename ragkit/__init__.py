@@ -10,6 +10,10 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Local OpenAI-compatible servers take any key, OpenAI's client refuses to start without one, and
+# Haystack will not serialize a key given as a token: name a variable that always holds a dummy,
+# so an exported pipeline stays serializable (ragkit.llm.generators).
+os.environ.setdefault("RAGKIT_NO_API_KEY", "no-key-needed")
 
 __version__ = "0.1.0"
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
+import sys
 from pathlib import Path
 
 import ragkit  # noqa: F401,I001  (offline defaults, telemetry off: must run before anything imports Haystack)
@@ -72,3 +75,53 @@ def local_llm(fast_config):
     generator = build_chat_generator(fast_config.models)
     generator.warm_up()
     return generator
+
+
+# -- the fault-injection suite's bookkeeping (tests/reliability) -----------------------------------
+# Here rather than in tests/reliability/conftest.py: a second module named `conftest` would shadow
+# this one for the tests that `from conftest import ...`.
+# Every test in tests/reliability says what a failure of it would mean:
+#
+# ``@pytest.mark.fault("data_loss")``: it checks that nothing already indexed is lost;
+# ``@pytest.mark.fault("hidden_failure")``: that a fault is reported (clear error, exit code, failed
+# result), never passed off as a good answer; ``@pytest.mark.fault("clear_error")``: that bad input
+# gets a clear error instead of a crash. With ``RAGKIT_RELIABILITY_REPORT=path`` the session writes
+# ``{"cases", "passed", "data_loss", "hidden_failures"}`` there (``make reliability`` writes
+# ``bench/results/reliability.json``): the counts are of failed tests of each kind.
+RELIABILITY = Path(__file__).resolve().parent / "reliability"
+sys.path.insert(0, str(RELIABILITY))  # fake_openai
+KINDS = ("data_loss", "hidden_failure", "clear_error")
+_outcomes: dict[str, tuple[str, str]] = {}  # test id -> (kind, "passed" | "failed" | "skipped")
+
+
+def _kind(item) -> str:
+    marker = item.get_closest_marker("fault")
+    return marker.args[0] if marker is not None and marker.args and marker.args[0] in KINDS else "unclassified"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if Path(str(item.fspath)).parent != RELIABILITY:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _outcomes[item.nodeid] = (_kind(item), report.outcome)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get("RAGKIT_RELIABILITY_REPORT")
+    if not path or not _outcomes:
+        return
+    failed = [kind for kind, outcome in _outcomes.values() if outcome == "failed"]
+    summary = {
+        "cases": len(_outcomes),
+        "passed": sum(outcome == "passed" for _, outcome in _outcomes.values()),
+        "skipped": sum(outcome == "skipped" for _, outcome in _outcomes.values()),
+        "data_loss": failed.count("data_loss"),
+        # an unclassified failure is counted as hidden: nothing says it was reported
+        "hidden_failures": failed.count("hidden_failure") + failed.count("unclassified"),
+        "command": "make reliability",
+        "by_kind": {kind: sum(1 for k, _ in _outcomes.values() if k == kind) for kind in (*KINDS, "unclassified")},
+    }
+    Path(path).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

@@ -72,7 +72,7 @@ def test_a_bad_batch_changes_nothing(index):
 
 def test_corrupted_files_are_refused_with_a_clear_message(index, tmp_path):
     index.save(tmp_path / "idx")
-    target = tmp_path / "idx" / "dense.faiss"
+    target = RagIndex.live_dir(tmp_path / "idx") / "dense.faiss"
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF
     target.write_bytes(bytes(data))
@@ -82,7 +82,7 @@ def test_corrupted_files_are_refused_with_a_clear_message(index, tmp_path):
 
 def test_truncated_chunk_table_is_refused(index, tmp_path):
     index.save(tmp_path / "idx")
-    chunks = tmp_path / "idx" / "chunks.jsonl"
+    chunks = RagIndex.live_dir(tmp_path / "idx") / "chunks.jsonl"
     chunks.write_text(chunks.read_text().splitlines()[0] + "\n")
     with pytest.raises(IndexCorruptedError):
         RagIndex.load(tmp_path / "idx")
@@ -90,7 +90,7 @@ def test_truncated_chunk_table_is_refused(index, tmp_path):
 
 def test_garbage_manifest_and_version_mismatch(index, tmp_path):
     index.save(tmp_path / "idx")
-    manifest = tmp_path / "idx" / "manifest.json"
+    manifest = RagIndex.live_dir(tmp_path / "idx") / "manifest.json"
     data = json.loads(manifest.read_text())
     data["format_version"] = 99
     manifest.write_text(json.dumps(data))

@@ -12,14 +12,19 @@ from pathlib import Path
 
 from ragkit.index.store import RagIndex
 
-_OPEN: dict[tuple[str, float], RagIndex] = {}
+_OPEN: dict[tuple[str, str, int], RagIndex] = {}
 _LOCK = threading.Lock()
 
 
 def open_index(path: str | Path) -> RagIndex:
     path = Path(path).resolve()
-    manifest = path / "manifest.json"
-    key = (str(path), manifest.stat().st_mtime if manifest.exists() else 0.0)
+    # keyed by the live version folder (a save makes a new one) and its manifest's mtime (a flat
+    # index from before versioned folders is rewritten in place)
+    live = RagIndex.live_dir(path)
+    try:
+        key = (str(path), str(live), (live / "manifest.json").stat().st_mtime_ns)
+    except (OSError, TypeError):
+        key = (str(path), "", 0)
     with _LOCK:
         if key not in _OPEN:
             _OPEN[key] = RagIndex.load(path)

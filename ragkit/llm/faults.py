@@ -106,7 +106,7 @@ def deadline_seconds() -> float | None:
 def check_deadline() -> None:
     left = remaining_seconds()
     if left is not None and left <= 0:
-        raise DeadlineExceeded(f"skipped: the question's {deadline_seconds():g} s deadline had passed")
+        raise DeadlineExceeded(f"the question's {deadline_seconds():g} s deadline had passed")
 
 
 class DeadlineStop:

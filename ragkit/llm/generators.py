@@ -22,8 +22,9 @@ def build_chat_generator(models: ModelConfig, streaming_callback=None):
     if models.llm_backend == "openai":
         from haystack.components.generators.chat import OpenAIChatGenerator
 
-        # Local servers accept any key; OpenAI's client refuses to start without one.
-        key = Secret.from_env_var(models.openai_api_key_env) if os.environ.get(models.openai_api_key_env) else Secret.from_token("no-key-needed")
+        # The configured key's variable if set, else ragkit's dummy (a local server takes any key);
+        # an env-var secret, unlike a token, survives `ragkit export`.
+        key = Secret.from_env_var([models.openai_api_key_env, "RAGKIT_NO_API_KEY"])
         return OpenAIChatGenerator(
             api_key=key,
             model=models.llm,

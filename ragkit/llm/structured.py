@@ -283,7 +283,7 @@ def call_llm(
         check_deadline()
         messages, trimmed = _fit_prompt(generator, messages, generation_kwargs)
     except DeadlineExceeded as exc:
-        return _failed(step, f"deadline_exceeded: {exc}", t0)
+        return _failed(step, f"deadline_exceeded: call to {describe_endpoint(generator)} skipped: {exc}", t0)
     except ValueError as exc:  # the prompt cannot fit at all
         return _failed(step, f"prompt_too_long: {exc}", t0)
     if trimmed:
@@ -320,7 +320,7 @@ def call_llm(
     if tokens:
         record(decision={k: (round(v, 4) if isinstance(v, float) else v) for k, v in tokens.items() if k != "tokens"})
     if deadline_stop is not None and deadline_stop.stopped:
-        return _failed(step, f"deadline_exceeded: generation stopped at the question's {deadline_seconds():g} s deadline", t0, text=text[:bound], usage=usage)
+        return _failed(step, f"deadline_exceeded: {describe_endpoint(generator)} stopped generating at the question's {deadline_seconds():g} s deadline", t0, text=text[:bound], usage=usage)
     if len(text) > bound:
         error = (f"unusable_reply: {describe_endpoint(generator)} sent {len(text):,} characters, more than "
                  f"max_tokens={max_tokens_of(generator, generation_kwargs)} allows; cut at {bound:,}")

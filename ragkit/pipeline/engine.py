@@ -133,16 +133,18 @@ class AgenticRAG:
 
     # -- the question ---------------------------------------------------------------------------
     def _run(self, question: str, break_point: Breakpoint | None = None) -> dict[str, Any]:
-        self._prepare_traced()
         outputs = OUTPUTS & set(self.pipeline.graph.nodes)
         return self.pipeline.run(graph_inputs(self.pipeline, question), include_outputs_from=outputs, break_point=break_point)
 
     def ask(self, question: str) -> AgenticResult:
         question = check_query(question)
         started = time.perf_counter()
-        with self.tracer.collect() as trace, question_deadline(self.config.deadline_s):
+        self.pipeline.warm_up()  # loading models is one-time work: not the question's time, nor its deadline
+        with self.tracer.collect() as trace:
+            self._prepare_traced()
             try:
-                out = self._run(question)
+                with question_deadline(self.config.deadline_s):
+                    out = self._run(question)
             except BreakpointException:
                 raise
             except Exception as exc:  # the graph broke: an explicit, traced failure, never a crash
@@ -158,6 +160,7 @@ class AgenticRAG:
             raise ValueError(f"no step {step!r} in this graph; its steps: {sorted(self.pipeline.graph.nodes)}")
         question = check_query(question)
         with self.tracer.collect() as trace:
+            self._prepare_traced()
             try:
                 self._run(question, break_point=Breakpoint(component_name=step, visit_count=visit))
             except BreakpointException as stop:

@@ -20,16 +20,19 @@ Usage::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from haystack import Pipeline
 
 from ragkit.config import RagConfig
+from ragkit.index.retrieval import check_query
+from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import OUTPUTS, build_pipeline, graph_inputs
-from ragkit.pipeline.result import result_from_outputs
+from ragkit.pipeline.result import failed_result, result_from_outputs
 from ragkit.pipeline.trace import RagkitTracer
 
 ALLOWED_MODULES = ["ragkit.*"]
@@ -52,9 +55,15 @@ def load_exported(text_or_path: str | Path) -> Pipeline:
 def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
     """Ask an exported pipeline one question: answer, sources, confidence, exit reason, trace rows."""
     features = Features.from_dict(pipe.metadata["ragkit"]["features"])
-    with RagkitTracer().collect() as trace:
-        out = pipe.run(graph_inputs(pipe, question), include_outputs_from=OUTPUTS & set(pipe.graph.nodes))
-    result = result_from_outputs(question, out, trace, features)
+    question = check_query(question)
+    deadline = float(os.environ.get("RAGKIT_DEADLINE_S") or pipe.metadata["ragkit"].get("deadline_s") or 0)
+    with RagkitTracer().collect() as trace, question_deadline(deadline):
+        try:
+            out = pipe.run(graph_inputs(pipe, question), include_outputs_from=OUTPUTS & set(pipe.graph.nodes))
+        except Exception as exc:  # the graph broke: an explicit failed result, as AgenticRAG.ask gives
+            result = failed_result(question, trace, exc)
+        else:
+            result = result_from_outputs(question, out, trace, features)
     return {
         "answer": result.answer,
         "sources": [{"id": d.id, "source": d.meta.get("source"), "score": d.score} for d in result.sources],
@@ -62,6 +71,9 @@ def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
         "symbol": result.symbol,
         "route": result.route,
         "exit_reason": result.exit_reason,
+        "failed": result.failed,
+        "error": result.error,
         "failed_steps": result.failed_steps,
+        "warnings": result.warnings,
         "trace": trace.table(),
     }

@@ -225,6 +225,7 @@ def build_pipeline(
         "inputs": inputs,
         "top_k": f.top_k,
         "support_threshold": threshold if f.hallucination_check else None,
+        "deadline_s": config.deadline_s,  # an exported graph keeps the question's deadline (RAGKIT_DEADLINE_S overrides)
         "features": f.to_dict(),
     }
     return pipe

@@ -28,6 +28,7 @@ from typing import Any
 
 from hayhooks import BasePipelineWrapper, get_last_user_message
 
+from ragkit.index.retrieval import QueryError
 from ragkit.pipeline.export import load_exported, run_exported
 
 PIPELINE_NAME = "ragkit"
@@ -44,14 +45,24 @@ class PipelineWrapper(BasePipelineWrapper):
         self.pipeline = load_exported(Path(path))
 
     def run_api(self, question: str) -> dict[str, Any]:
-        """Ask the pipeline one question: answer, sources, confidence, route, exit reason, trace rows."""
-        return run_exported(self.pipeline, question)
+        """Ask the pipeline one question: answer, sources, confidence, route, exit reason, trace rows;
+        ``failed`` and ``error`` (step, endpoint, cause) when no answer could be produced. An empty,
+        oversized or undecodable question is HTTP 400."""
+        from fastapi import HTTPException
+
+        try:
+            return run_exported(self.pipeline, question)
+        except QueryError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         question = get_last_user_message(messages)
-        if not question or not question.strip():
-            return "Ask a question in the last user message."
-        out = run_exported(self.pipeline, question)
+        try:
+            out = run_exported(self.pipeline, question or "")
+        except QueryError as exc:
+            return f"error: {exc}"
+        if out["failed"]:  # said as an error, never passed off as an answer
+            return f"error: no answer could be produced: {out['error']}"
         cited = "\n".join(f"[{i}] {s['source']}" for i, s in enumerate(out["sources"], 1))
         sureness = f"confidence {out['symbol']} {out['confidence']:.2f}" if out["confidence"] is not None else ""
         return "\n\n".join(part for part in (out["answer"], f"Sources:\n{cited}" if cited else "", sureness) if part)

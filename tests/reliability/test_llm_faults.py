@@ -119,6 +119,22 @@ def test_a_prompt_longer_than_the_context_is_trimmed_with_a_note_not_sent_whole(
     assert none is None and same == messages[:1]
 
 
+@pytest.mark.fault("hidden_failure")
+def test_an_exported_and_served_pipeline_reports_the_failure_too(sample_index_dir, tmp_path):
+    from ragkit.pipeline.export import export_yaml, load_exported, run_exported
+    from ragkit.pipeline.serve import PipelineWrapper
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(export_yaml(Features.all_on(), sample_index_dir, remote(refused_url(), deadline_s=5.0)), encoding="utf-8")
+    out = run_exported(load_exported(path), QUESTION)
+    assert out["failed"] and out["exit_reason"] == "answer_failed" and out["confidence"] == 0.0 and "could not be reached" in out["error"]
+    wrapper = PipelineWrapper()
+    wrapper.pipeline = load_exported(path)
+    reply = wrapper.run_chat_completion("ragkit", [{"role": "user", "content": QUESTION}], {})
+    assert reply.startswith("error: no answer could be produced: answer:")
+    assert wrapper.run_chat_completion("ragkit", [{"role": "user", "content": "  "}], {}).startswith("error: The question is empty")
+
+
 # -- the command line ------------------------------------------------------------------------------
 def run_cli(*args: str, url: str, deadline: str = "6", timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAGKIT_LLM_BACKEND": "openai", "RAGKIT_OPENAI_BASE_URL": url, "RAGKIT_LLM": "fake", "RAGKIT_DEADLINE_S": deadline}
