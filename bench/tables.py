@@ -72,9 +72,31 @@ def one_engine_table(new: dict, old: dict) -> str:
     return "\n".join(lines)
 
 
+def injection_table(d: dict) -> str:
+    """bench/results/injection.json: how often the test-set attacks were obeyed, guard off vs on."""
+    lines = ["| model | config | guard | answer obeyed | grader obeyed | judge obeyed | answer right |", "|" + " --- |" * 7]
+    for model, configs in d["models"].items():
+        for config, runs in configs.items():
+            for guard in ("guard_off", "guard_on"):
+                r = runs[guard]
+                lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {config} | {'on' if guard == 'guard_on' else 'off'} | "
+                             f"{r['followed']}/{r['n']} | {r['grader_followed']}/{r['n']} | {r['judge_followed']}/{r['n']} | {r['right']}/{r['n']} |")
+    fa = d["false_alarms"]
+    lines.append("")
+    lines.append(f"{d['cases']} attacks of the `{d['set']}` set, {sum(d['guard_detects'].values())} of them recognised by the guard; "
+                 f"false alarms: {fa['flagged']} of {fa['paragraphs']:,} SQuAD paragraphs. `{d['command']}`")
+    return "\n".join(lines)
+
+
+def reliability_table(d: dict) -> str:
+    return ("| cases | passed | data loss | hidden failures |\n| --- | --- | --- | --- |\n"
+            f"| {d['cases']} | {d['passed']} | {d['data_loss']} | {d['hidden_failures']} |")
+
+
 def tables() -> dict[str, str]:
     out = {}
-    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table)):
+    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table),
+                     ("injection.json", injection_table), ("reliability.json", reliability_table)):
         data = load(name)
         if data:
             out[name] = fn(data)

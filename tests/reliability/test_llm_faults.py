@@ -175,3 +175,22 @@ def test_cli_invalid_utf8_question_is_a_clear_error(sample_index_dir):
     done = subprocess.run([sys.executable, "-m", "ragkit.ui.cli", "ask", os.fsencode(question), "--index-dir", str(sample_index_dir)],
                           env=env, capture_output=True, timeout=120, cwd=REPO)
     assert done.returncode == 2 and b"not valid UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+@pytest.mark.llm
+@pytest.mark.fault("hidden_failure")
+def test_the_real_model_gets_a_trimmed_prompt_not_a_context_overflow(local_llm):
+    from haystack.dataclasses import ChatMessage
+
+    from ragkit.llm.structured import call_llm
+    from ragkit.pipeline.trace import RagkitTracer
+
+    sources = "Sources:\n<source id=\"1\">" + "The lighthouse keeper logged the weather every hour. " * 900 + "</source>"
+    messages = [ChatMessage.from_system("Answer from the sources."), ChatMessage.from_user(sources + "\n\nQuestion: what did the keeper log?")]
+    with RagkitTracer().collect() as trace:
+        from haystack import tracing
+
+        with tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "answer"}):
+            reply = call_llm(local_llm, messages, str, {"max_tokens": 16, "temperature": 0.0}, step="answer")
+    assert reply.ok, reply.error
+    assert any("prompt trimmed from" in w and "4096-token context" in w for w in trace.steps[0].warnings)
