@@ -170,8 +170,13 @@ def summary_html(result: AgenticResult) -> str:
         f"{t.llm_calls} LLM calls",
         f"{t.prompt_tokens_evaluated} prompt tokens evaluated ({t.prompt_tokens_reused} reused)",
         f"fallbacks: {html.escape('; '.join(t.fallbacks))}" if t.fallbacks else "",
+        f"notes: {html.escape('; '.join(result.warnings))}" if result.warnings else "",
+        ("set aside as instructions to the model: " + html.escape(", ".join(str(q.get("source")) for q in result.details["quarantined"])))
+        if result.details.get("quarantined") else "",
     ]
     line = " · ".join(p for p in parts if p)
+    if result.failed and result.error:  # the one line that says why there is no answer
+        line = f"<b style='color:#d1495b'>no answer: {html.escape(result.error)}</b><br>" + line
     if one_time:  # one-time work that ran inside this question (outside the panel): said, not counted
         line += "<br>" + setup_html(one_time)
     return line
