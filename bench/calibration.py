@@ -12,8 +12,11 @@ nothing and the fit can be redone without asking the LLM again:
              one row per question × config to ``bench/results/calibration_rows/SET.MODEL.jsonl``:
              the signals ``ConfidenceScorer`` reads, the answer, F1, whether the gold paragraph was
              among the sources, failed steps. Re-running skips question ids already written.
-``fit``      Fit the per-model logistic models on the calibration set's rows (``base`` on plain,
-             ``agentic`` on full, ``lacks_answer`` on both) → ``ragkit/data/confidence_calibration.json``.
+``fit``      Fit the per-model logistic models on the calibration set's rows → ``ragkit/data/confidence_calibration.json``:
+             ``base`` (scored on plain's answers) and ``agentic`` (on full's) each pick, by held-out log
+             loss on this set (folds by question), between all signals on their own configuration's
+             answers and the core signals (:data:`ragkit.eval.calibration.CORE_SIGNALS`) on both
+             configurations' answers; ``lacks_answer`` on both.
 ``score``    Recompute every scored row's confidence with the shipped calibration (and the rules:
              a decline is 0, a failed step is capped under 0.5, full's floor declines) →
              ``bench/results/calibration.json`` (ECE over 10 equal-width bins, ROC AUC, share of ●
@@ -39,7 +42,8 @@ from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
 from ragkit.eval.calibration import (
-    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins, rescore_row, score,
+    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORE_SIGNALS, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins,
+    rescore_row, score, select_fit,
 )
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.metrics import exact_match, f1_score
@@ -110,11 +114,14 @@ def fit() -> dict:
             print(f"{model}: {len(plain)} plain / {len(full)} full answered calibration rows — too few to fit, skipped", file=sys.stderr)
             continue
         everything = [r for r in rows if r["signals"]]
+        answered = [r for r in plain + full if r["signals"]]
+        # Candidate fits, chosen per model by held-out log loss on this (calibration) set only:
+        # all signals on the configuration's own answers, or the core signals on both configurations'.
+        base = {"all signals, plain answers": (plain, BASE_SIGNALS), "core signals, plain + full answers": (answered, CORE_SIGNALS)}
+        agentic = {"all signals, full answers": (full, AGENTIC_SIGNALS), "core signals, plain + full answers": (answered, CORE_SIGNALS),
+                   "core + grade + support, full answers": (full, CORE_SIGNALS + ("grade_max", "support"))}
         calibration["models"][model] = {
-            "answer": {
-                "base": fit_model_cv([r["signals"] for r in plain], [r["correct"] for r in plain], BASE_SIGNALS),
-                "agentic": fit_model_cv([r["signals"] for r in full], [r["correct"] for r in full], AGENTIC_SIGNALS),
-            },
+            "answer": {"base": select_fit(base, [r for r in plain if r["signals"]]), "agentic": select_fit(agentic, [r for r in full if r["signals"]])},
             "lacks_answer": fit_model_cv([r["signals"] for r in everything], [not r["gold_in_sources"] for r in everything], RETRIEVAL_SIGNALS),
             "rows": {"plain": len(plain), "full": len(full)},
         }

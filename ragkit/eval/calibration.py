@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -106,15 +107,24 @@ def fit_model(rows: Sequence[dict[str, float]], labels: Sequence[bool], features
 L2_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 
 
-def fit_model_cv(rows: Sequence[dict[str, float]], labels: Sequence[bool], features: Sequence[str], folds: int = 5) -> dict[str, Any]:
+def _folds_of(n: int, folds: int, groups: Sequence[str] | None) -> list[int]:
+    """Fold of each row: by position, or by a hash of its group (one question's rows stay together)."""
+    if groups is None:
+        return [i % folds for i in range(n)]
+    return [zlib.crc32(str(g).encode("utf-8")) % folds for g in groups]
+
+
+def fit_model_cv(rows: Sequence[dict[str, float]], labels: Sequence[bool], features: Sequence[str], folds: int = 5, groups: Sequence[str] | None = None) -> dict[str, Any]:
     """:func:`fit_model` with the L2 strength that gives the lowest log loss in ``folds``-fold
     cross-validation on these rows (a few hundred rows and 13-15 signals overfit without it)."""
+    fold_of = _folds_of(len(rows), folds, groups)
+
     def log_loss(l2: float) -> float:
         total = 0.0
         for k in range(folds):
-            train = [i for i in range(len(rows)) if i % folds != k]
+            train = [i for i in range(len(rows)) if fold_of[i] != k]
             model = fit_model([rows[i] for i in train], [labels[i] for i in train], features, l2)
-            for i in range(k, len(rows), folds):
+            for i in (i for i in range(len(rows)) if fold_of[i] == k):
                 p = min(max(predict(model, rows[i]), 1e-6), 1 - 1e-6)
                 total -= math.log(p if labels[i] else 1 - p)
         return total / len(rows)
@@ -122,6 +132,40 @@ def fit_model_cv(rows: Sequence[dict[str, float]], labels: Sequence[bool], featu
     losses = {l2: log_loss(l2) for l2 in L2_GRID}
     best = min(losses, key=losses.get)
     return {**fit_model(rows, labels, features, best), "l2": best, "cv_log_loss": round(losses[best], 4)}
+
+
+# The answer's own evidence: how sure the model was of its tokens, whether its words are in the
+# sources, how long it is, how much of it only repeats the question. Six signals instead of 13-15
+# need far less shrinkage on ~100 calibration rows; whether a fit uses them or all signals, and
+# whether it learns from both configurations' answers, is chosen per model by select_fit.
+CORE_SIGNALS = ("token_p_min", "token_p_first", "lexical_support", "verbatim", "answer_words", "question_overlap")
+
+
+def select_fit(candidates: dict[str, tuple[Sequence[dict[str, Any]], Sequence[str]]], target: Sequence[dict[str, Any]], folds: int = 5) -> dict[str, Any]:
+    """The candidate fit with the lowest held-out log loss on ``target`` rows, then refitted on all of its rows.
+
+    ``candidates``: name -> (training rows, signals); rows are ``bench/calibration.py`` rows (``id``,
+    ``signals``, ``correct``). Folds go by question id, so a question's plain and full answers are
+    never split between training and testing; every candidate is scored on the same ``target`` rows
+    (e.g. full's answers), whatever it trains on. Everything here is calibration data."""
+    def held_out_loss(rows: Sequence[dict[str, Any]], features: Sequence[str]) -> float:
+        fold_of = {r["id"]: f for r, f in zip(rows, _folds_of(len(rows), folds, [r["id"] for r in rows]))}
+        target_fold = _folds_of(len(target), folds, [r["id"] for r in target])
+        total = 0.0
+        for k in range(folds):
+            train = [r for r in rows if fold_of[r["id"]] != k]
+            model = fit_model_cv([r["signals"] for r in train], [bool(r["correct"]) for r in train], features, folds, [r["id"] for r in train])
+            for r, f in zip(target, target_fold):
+                if f == k:
+                    p = min(max(predict(model, r["signals"]), 1e-6), 1 - 1e-6)
+                    total -= math.log(p if r["correct"] else 1 - p)
+        return total / len(target)
+
+    losses = {name: round(held_out_loss(rows, features), 4) for name, (rows, features) in candidates.items()}
+    best = min(losses, key=losses.get)
+    rows, features = candidates[best]
+    model = fit_model_cv([r["signals"] for r in rows], [bool(r["correct"]) for r in rows], features, folds, [r["id"] for r in rows])
+    return {**model, "selected": best, "candidates_log_loss": losses}
 
 
 def predict(model: dict[str, Any], signals: dict[str, float]) -> float:
