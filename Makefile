@@ -42,7 +42,7 @@ test: install $(CHROMIUM)
 
 # The fault-injection suite alone (it also runs inside `make test`) -> bench/results/reliability.json
 reliability: install
-	RAGKIT_RELIABILITY_REPORT=bench/results/reliability.json $(BIN)/python -m pytest tests/reliability -m "not llm"
+	RAGKIT_RELIABILITY_REPORT=bench/results/reliability.json $(BIN)/python -m pytest -m fault
 
 # Installed only when missing, so a second run costs nothing.
 $(CHROMIUM):

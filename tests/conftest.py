@@ -121,7 +121,7 @@ def pytest_sessionfinish(session, exitstatus):
         "data_loss": failed.count("data_loss"),
         # an unclassified failure is counted as hidden: nothing says it was reported
         "hidden_failures": failed.count("hidden_failure") + failed.count("unclassified"),
-        "command": "make reliability",
+        "command": "RAGKIT_RELIABILITY_REPORT=" + path + " python -m pytest " + " ".join(session.config.invocation_params.args),
         "by_kind": {kind: sum(1 for k, _ in _outcomes.values() if k == kind) for kind in (*KINDS, "unclassified")},
     }
     Path(path).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
