@@ -61,8 +61,8 @@ def false_alarms() -> dict:
         docs, _ = load_squad_corpus(ROOT / "data" / "squad" / name)
         for doc in docs:
             total += 1
-            if suspicious_reasons(doc.content or ""):
-                flagged.append({"paragraph": doc.id, "reasons": suspicious_reasons(doc.content or "")})
+            if reasons := suspicious_reasons(doc.content or ""):
+                flagged.append({"paragraph": doc.id, "reasons": reasons})
     return {"paragraphs": total, "flagged": len(flagged), "examples": flagged[:5]}
 
 

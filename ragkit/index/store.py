@@ -29,7 +29,6 @@ what to do, never half-loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -52,6 +51,7 @@ from ragkit.index.versions import (  # noqa: F401  (the index's error types and 
     IndexVersionError,
     index_write_lock,
 )
+from ragkit.index.records import doc_record, read_jsonl, sha256, unstorable, write_jsonl
 from ragkit.index.sparse import BM25sIndex
 
 DEFAULT_INDEX_DIR = ".ragkit/index"  # where the CLI, the notebooks and AgenticRAG look unless told otherwise
@@ -267,17 +267,17 @@ class RagIndex:
             versions.prune(path, keep=folder)
 
     def _write_version(self, tmp: Path) -> None:
-        _write_jsonl(tmp / "chunks.jsonl", ({**_doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
+        write_jsonl(tmp / "chunks.jsonl", ({**doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
         versions.fault_point("chunks.jsonl written")
-        _write_jsonl(tmp / "parents.jsonl", (_doc_record(d) for d in self.parents.values()))
+        write_jsonl(tmp / "parents.jsonl", (doc_record(d) for d in self.parents.values()))
         versions.fault_point("parents.jsonl written")
         faiss.write_index(self._dense, str(tmp / "dense.faiss"))
         versions.fault_point("dense.faiss written")
         self._sparse.save(tmp / "sparse")
         versions.fault_point("sparse written")
-        files = {rel: _sha256(tmp / rel) for rel in _FILES}
+        files = {rel: sha256(tmp / rel) for rel in _FILES}
         for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
-            files[f"sparse/bm25s/{extra.name}"] = _sha256(extra)
+            files[f"sparse/bm25s/{extra.name}"] = sha256(extra)
         versions.fsync_tree(tmp)
         versions.fault_point("files fsynced")
         from ragkit import __version__
@@ -359,7 +359,7 @@ class RagIndex:
             )
         for rel, digest in manifest.get("files", {}).items():
             file = folder / rel
-            if not file.is_file() or _sha256(file) != digest:
+            if not file.is_file() or sha256(file) != digest:
                 raise IndexCorruptedError(
                     f"Index file {file} is missing or corrupted (checksum mismatch); rebuild the index with: "
                     "ragkit index <folder> --rebuild"
@@ -368,13 +368,13 @@ class RagIndex:
             embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"),
             dense_index=manifest.get("dense_index", "auto"),
         )
-        for record in _read_jsonl(folder / "chunks.jsonl"):
+        for record in read_jsonl(folder / "chunks.jsonl"):
             fid = int(record.pop("faiss_id"))
             doc = Document(**record)
             index.chunks[doc.id] = doc
             index._faiss_id[doc.id] = fid
             index._chunk_at[fid] = doc.id
-        for record in _read_jsonl(folder / "parents.jsonl"):
+        for record in read_jsonl(folder / "parents.jsonl"):
             doc = Document(**record)
             index.parents[doc.id] = doc
         index._dense = faiss.read_index(str(folder / "dense.faiss"))
@@ -387,38 +387,3 @@ class RagIndex:
         index.root = manifest.get("root")
         index.sources = {s: SourceInfo(**info) for s, info in manifest.get("sources", {}).items()}
         return index
-
-
-def unstorable(doc: Document) -> str | None:
-    """Why ``doc`` cannot be written to the index's UTF-8 JSON lines (a lone surrogate from a
-    non-UTF-8 file name, a meta value JSON cannot hold), or None if it can."""
-    try:
-        json.dumps(_doc_record(doc), ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        return str(exc)
-    return None
-
-
-def _doc_record(doc: Document) -> dict:
-    return {"id": doc.id, "content": doc.content, "meta": doc.meta}
-
-
-def _write_jsonl(path: Path, records) -> None:
-    with path.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-
-def _read_jsonl(path: Path):
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -43,6 +43,10 @@ class DeadlineExceeded(RuntimeError):
     """The question's deadline passed before (or while) this call ran."""
 
 
+class EmptyReply(RuntimeError):
+    """The backend answered, but with no reply message at all."""
+
+
 # -- naming failures --------------------------------------------------------------------------
 def describe_endpoint(generator: Any) -> str:
     """Where a generator's calls go: the server URL, the local model file, or the class name."""
@@ -74,11 +78,9 @@ def describe_failure(exc: BaseException, generator: Any) -> str:
         what = "returned no choices"
     else:
         what = "failed"
-    return f"{describe_endpoint(generator)} {what} ({name}: {detail})" if detail and not isinstance(exc, (DeadlineExceeded, EmptyReply)) else f"{describe_endpoint(generator)} {what}"
-
-
-class EmptyReply(RuntimeError):
-    """The backend answered, but with no reply message at all."""
+    if isinstance(exc, (DeadlineExceeded, EmptyReply)) or not detail:  # the words say it all
+        return f"{describe_endpoint(generator)} {what}"
+    return f"{describe_endpoint(generator)} {what} ({name}: {detail})"
 
 
 # -- the per-question deadline ------------------------------------------------------------------
@@ -189,9 +191,9 @@ def fit_to_context(messages: list[ChatMessage], prompt_tokens: int, n_ctx: int, 
         raise ValueError(f"max_tokens={max_tokens} leaves no room for a prompt in the {n_ctx}-token context")
     longest = max(range(len(messages)), key=lambda i: len(messages[i].text or ""))
     text = messages[longest].text or ""
-    tokens, trimmed = prompt_tokens, messages
-    for _ in range(4):
-        keep = int(len(text) * max(budget / tokens, 0.0) * 0.9)
+    share = budget / prompt_tokens * 0.9
+    for _ in range(4):  # tokens per character vary along the text: cut harder until it fits
+        keep = int(len(text) * share)
         head, tail = keep * 2 // 3, keep // 3
         cut = text[:head] + f"\n… [{len(text) - head - tail} characters cut to fit the context] …\n" + text[len(text) - tail:]
         trimmed = list(messages)
@@ -199,5 +201,5 @@ def fit_to_context(messages: list[ChatMessage], prompt_tokens: int, n_ctx: int, 
         tokens = count(trimmed)
         if tokens <= budget:
             return trimmed, f"prompt trimmed from {prompt_tokens} to {tokens} tokens to fit the {n_ctx}-token context"
-        text = cut
+        share *= budget / tokens * 0.9
     raise ValueError(f"the prompt ({prompt_tokens} tokens) could not be trimmed to fit the {n_ctx}-token context")

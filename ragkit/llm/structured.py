@@ -254,9 +254,9 @@ def _failed(step: str, error: str, t0: float, **extra: Any) -> LLMReply:
     return LLMReply(ok=False, error=error, seconds=time.perf_counter() - t0, **extra)
 
 
-def _fit_prompt(generator: Any, messages: list[ChatMessage], generation_kwargs: dict[str, Any]) -> tuple[list[ChatMessage], str | None]:
-    """A llama.cpp prompt trimmed to its context window (:func:`ragkit.llm.faults.fit_to_context`)."""
-    split = prompt_cache_split(generator, messages)
+def _fit_prompt(generator: Any, messages: list[ChatMessage], generation_kwargs: dict[str, Any], split: tuple[int, int] | None) -> tuple[list[ChatMessage], str | None]:
+    """A llama.cpp prompt trimmed to its context window (:func:`ragkit.llm.faults.fit_to_context`);
+    ``split`` is :func:`prompt_cache_split` of ``messages`` (None: not a loaded llama.cpp model)."""
     if split is None:
         return messages, None
     n_ctx = generator._model.n_ctx()
@@ -279,16 +279,17 @@ def call_llm(
     t0 = time.perf_counter()
     generation_kwargs = dict(generation_kwargs or {})
     free_text = not any(k in generation_kwargs for k in ("grammar", "response_format"))
+    cache_split = prompt_cache_split(generator, messages)
     try:
         check_deadline()
-        messages, trimmed = _fit_prompt(generator, messages, generation_kwargs)
+        messages, trimmed = _fit_prompt(generator, messages, generation_kwargs, cache_split)
     except DeadlineExceeded as exc:
         return _failed(step, f"deadline_exceeded: call to {describe_endpoint(generator)} skipped: {exc}", t0)
     except ValueError as exc:  # the prompt cannot fit at all
         return _failed(step, f"prompt_too_long: {exc}", t0)
     if trimmed:
         record(warning=trimmed)
-    cache_split = prompt_cache_split(generator, messages)
+        cache_split = prompt_cache_split(generator, messages)
     bounded, deadline_stop = deadline_kwargs(generator, generation_kwargs, free_text)
     kwargs = {"generation_kwargs": bounded} if bounded else {}
     try:
