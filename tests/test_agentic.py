@@ -55,7 +55,7 @@ def make(sample_index, fast_config, features, script):
 
 def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
     script = ScriptedLLM()
-    result = make(sample_index, fast_config, Features(), script).ask("Where was Nikola Tesla born?")
+    result = make(sample_index, fast_config, Features(answer_mode="free"), script).ask("Where was Nikola Tesla born?")
     assert result.answer.startswith("Tesla was born in Smiljan") and script.calls == ["answer"]
     assert [s.name for s in result.trace.steps] == ["embed", "retrieve", "guard", "context_check", "answer_prompt", "answer", "confidence"]
     assert result.trace.llm_calls == 1 and result.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
@@ -64,7 +64,7 @@ def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
 
 def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
     script = ScriptedLLM()
-    features = Features.all_on(router_backend="rules", rerank_backend="bi-encoder")
+    features = Features.all_on(answer_mode="free", router_backend="rules", rerank_backend="bi-encoder")
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.route == "FACTUAL" and result.exit_reason == "supported" and result.corrections == 0
     # FACTUAL: the route policy skips HyDE (BM25 finds named entities); grade + answer + judge
@@ -81,7 +81,7 @@ def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
 
 def test_analytical_route_runs_hyde_and_retrieves_deeper(sample_index, fast_config):
     script = ScriptedLLM()
-    features = Features.all_on(router_backend="rules", grading=False)
+    features = Features.all_on(answer_mode="free", router_backend="rules", grading=False)
     result = make(sample_index, fast_config, features, script).ask("Why did Tesla's alternating current system win over direct current?")
     assert result.route == "ANALYTICAL" and script.calls[0] == "other"  # the HyDE passage
     assert result.trace.step("hyde") is not None and len(result.sources) == features.route_policy["ANALYTICAL"]["top_k"]
@@ -89,7 +89,7 @@ def test_analytical_route_runs_hyde_and_retrieves_deeper(sample_index, fast_conf
 
 def test_unsupported_answer_is_corrected_once_then_exits(sample_index, fast_config):
     script = ScriptedLLM(judge=("no", "yes"), answer="Tesla was born in Paris [1].")
-    features = Features(hallucination_check=True, self_correction=True, max_corrections=2)
+    features = Features(answer_mode="free", hallucination_check=True, self_correction=True, max_corrections=2)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.exit_reason == "supported" and result.corrections == 1
     assert result.answer == "Tesla was born in Smiljan [1]." and script.calls == ["answer", "judge", "correct", "judge"]
@@ -100,21 +100,21 @@ def test_unsupported_answer_is_corrected_once_then_exits(sample_index, fast_conf
 
 def test_correction_is_bounded(sample_index, fast_config):
     script = ScriptedLLM(judge=("no",))
-    features = Features(hallucination_check=True, self_correction=True, max_corrections=1)
+    features = Features(answer_mode="free", hallucination_check=True, self_correction=True, max_corrections=1)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.exit_reason == "max_corrections" and result.corrections == 1 and script.calls.count("correct") == 1
 
 
 def test_simple_route_skips_retrieval(sample_index, fast_config):
     script = ScriptedLLM(answer="Hello! How can I help?")
-    result = make(sample_index, fast_config, Features(routing=True, router_backend="rules"), script).ask("hello")
+    result = make(sample_index, fast_config, Features(answer_mode="free", routing=True, router_backend="rules"), script).ask("hello")
     assert result.route == "SIMPLE" and result.sources == [] and result.exit_reason == "no_retrieval"
     assert [s.name for s in result.trace.steps] == ["router", "route_policy", "direct_prompt", "direct_answer"]
 
 
 def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):
     script = ScriptedLLM(fail={"grade", "answer"})
-    features = Features(grading=True)
+    features = Features(answer_mode="free", grading=True)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.answer == NO_ANSWER
     assert len(result.sources) == 3  # grading failed: every chunk kept
@@ -122,7 +122,7 @@ def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):
     assert any("answer: llm_error" in f for f in result.trace.fallbacks)
 
 
-@pytest.mark.parametrize("features", [Features(), Features.all_on()], ids=["plain", "all_on"])
+@pytest.mark.parametrize("features", [Features(answer_mode="free"), Features.all_on(answer_mode="free")], ids=["plain", "all_on"])
 def test_a_failed_answer_call_is_reported_never_a_confident_supported_answer(sample_index, fast_config, features):
     """A dead LLM used to give "The documents don't say." at ● 0.92 with exit reason `supported`."""
     script = ScriptedLLM(fail={"answer", "correct", "grade", "judge", "other"})
@@ -133,20 +133,20 @@ def test_a_failed_answer_call_is_reported_never_a_confident_supported_answer(sam
 
 
 def test_a_failed_grader_caps_confidence_and_is_named(sample_index, fast_config):
-    result = make(sample_index, fast_config, Features(grading=True), ScriptedLLM(fail={"grade"})).ask("Where was Nikola Tesla born?")
+    result = make(sample_index, fast_config, Features(answer_mode="free", grading=True), ScriptedLLM(fail={"grade"})).ask("Where was Nikola Tesla born?")
     assert not result.failed and result.answer.startswith("Tesla")
     assert result.failed_steps == ["grade"] and result.symbol == "○"
 
 
 def test_a_declined_answer_reports_how_sure_the_system_is_that_the_sources_lack_it(sample_index, fast_config):
-    result = make(sample_index, fast_config, Features(), ScriptedLLM(answer=NO_ANSWER)).ask("Where was Nikola Tesla born?")
+    result = make(sample_index, fast_config, Features(answer_mode="free"), ScriptedLLM(answer=NO_ANSWER)).ask("Where was Nikola Tesla born?")
     assert result.declined and result.confidence == 0.0 and result.symbol == "○"
     assert result.p_lacks_answer is not None and 0.0 <= result.p_lacks_answer <= 1.0
 
 
 def test_low_confidence_declines_and_lists_the_closest_sources(sample_index, fast_config):
     script = ScriptedLLM(judge=("no",), grades=[1, 1, 1, 1, 1])
-    features = Features(grading=True, hallucination_check=True, confidence_floor=0.5)
+    features = Features(answer_mode="free", grading=True, hallucination_check=True, confidence_floor=0.5)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.declined and result.answer.startswith(NO_ANSWER + " Closest sources:")
     assert result.details["declined_answer"].startswith("Tesla")
@@ -159,14 +159,14 @@ def test_features_validation_and_yaml(tmp_path):
     assert features.grading and features.grade_threshold == 6 and features.retrieval_mode == "sparse"
     assert Features.from_dict(features.to_dict()) == features
     with pytest.raises(ValueError, match="self_correction needs"):
-        Features(self_correction=True).validate()
+        Features(answer_mode="free", self_correction=True).validate()
     with pytest.raises(ValueError, match="Unknown"):
         Features.from_dict({"turbo": True})
 
 
 def test_correction_retry_that_fails_keeps_the_previous_answer(sample_index, fast_config):
     script = ScriptedLLM(judge=("no",), answer="Tesla was born in Paris [1].", fail={"correct"})
-    features = Features(hallucination_check=True, self_correction=True, max_corrections=1)
+    features = Features(answer_mode="free", hallucination_check=True, self_correction=True, max_corrections=1)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.answer == "Tesla was born in Paris [1]." and result.exit_reason == "max_corrections"
     assert any("answer: llm_error" in f for f in result.trace.fallbacks)
@@ -174,7 +174,7 @@ def test_correction_retry_that_fails_keeps_the_previous_answer(sample_index, fas
 
 def test_judge_that_cannot_score_exits_unknown_without_retry(sample_index, fast_config):
     script = ScriptedLLM(fail={"judge"})
-    features = Features(hallucination_check=True, self_correction=True, max_corrections=2)
+    features = Features(answer_mode="free", hallucination_check=True, self_correction=True, max_corrections=2)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.exit_reason == "unknown" and result.corrections == 0 and "correct" not in script.calls
     assert result.answer.startswith("Tesla was born in Smiljan")
@@ -189,7 +189,7 @@ def test_reranking_reads_sentence_vectors_computed_once_per_index(sample_index_d
     index_dir = tmp_path / "index"
     shutil.copytree(sample_index_dir, index_dir)
     index = RagIndex.load(index_dir)
-    rag = make(index, fast_config, Features(rerank=True), ScriptedLLM())
+    rag = make(index, fast_config, Features(answer_mode="free", rerank=True), ScriptedLLM())
     first = rag.ask("Where was Nikola Tesla born?")
     prepared = first.trace.step("sentence_vectors")
     assert prepared is not None and SentenceVectorCache.file_for(index_dir, "all-MiniLM-L6-v2").is_file()

@@ -39,26 +39,26 @@ def test_the_answer_prompt_template_sends_the_bytes_every_other_step_shares():
 
 
 def test_plain_rag_is_the_smallest_graph_and_each_toggle_adds_its_steps():
-    plain = steps(Features())
+    plain = steps(Features(answer_mode="free"))
     assert plain == {"embed", "retrieve", "guard", "context_check", "answer_prompt", "answer", "confidence"}
-    assert steps(Features(injection_guard=False)) == plain - {"guard"}
-    assert steps(Features(retrieval_mode="sparse")) == plain - {"embed"}
-    assert steps(Features(grading=True)) == plain | {"grade"}
-    assert steps(Features(rerank=True)) == plain | {"rerank"}
-    assert steps(Features(hyde=True)) == plain - {"embed"} | {"hyde"}
-    assert steps(Features(hallucination_check=True)) == plain - {"answer_prompt", "answer"} | {"self_correction"}
-    assert {"router", "route_policy", "direct_prompt", "direct_answer"} <= steps(Features(routing=True))
-    all_on = steps(Features.all_on())
+    assert steps(Features(answer_mode="free", injection_guard=False)) == plain - {"guard"}
+    assert steps(Features(answer_mode="free", retrieval_mode="sparse")) == plain - {"embed"}
+    assert steps(Features(answer_mode="free", grading=True)) == plain | {"grade"}
+    assert steps(Features(answer_mode="free", rerank=True)) == plain | {"rerank"}
+    assert steps(Features(answer_mode="free", hyde=True)) == plain - {"embed"} | {"hyde"}
+    assert steps(Features(answer_mode="free", hallucination_check=True)) == plain - {"answer_prompt", "answer"} | {"self_correction"}
+    assert {"router", "route_policy", "direct_prompt", "direct_answer"} <= steps(Features(answer_mode="free", routing=True))
+    all_on = steps(Features.all_on(answer_mode="free"))
     assert {"router", "route_policy", "embed", "hyde", "query_embedding", "retrieve", "rerank", "grade", "context_check", "self_correction", "confidence"} <= all_on
 
 
 def test_graph_inputs_fill_every_socket_the_graph_leaves_to_the_caller():
-    pipe = build_pipeline(Features.all_on(), MockChatGenerator(responses=["x"]), index_path="unused")
+    pipe = build_pipeline(Features.all_on(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused")
     data = graph_inputs(pipe, QUESTION)
     assert data["router"]["query"] == data["retrieve"]["query"] == data["self_correction"]["question"] == QUESTION
     assert "top_k" not in data["retrieve"]  # the router's branch sets it
     assert data["confidence"]["support_threshold"] is not None
-    plain = build_pipeline(Features(top_k=4), MockChatGenerator(responses=["x"]), index_path="unused")
+    plain = build_pipeline(Features(answer_mode="free", top_k=4), MockChatGenerator(responses=["x"]), index_path="unused")
     assert graph_inputs(plain, QUESTION)["retrieve"]["top_k"] == 4
 
 
@@ -68,7 +68,7 @@ def test_the_drawing_is_offline_mermaid_of_the_graph_that_runs(monkeypatch):
 
     monkeypatch.setattr(Pipeline, "show", no_network)
     monkeypatch.setattr(Pipeline, "draw", no_network)
-    pipe = build_pipeline(Features.all_on(), MockChatGenerator(responses=["x"]), index_path="unused")
+    pipe = build_pipeline(Features.all_on(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused")
     text = to_mermaid(pipe, title="all on")
     assert text.splitlines()[3] == "flowchart TD" and "title: all on" in text
     assert 'subgraph self_correction["self_correction (SuperComponent)"]' in text  # the loop, drawn inside
@@ -76,7 +76,7 @@ def test_the_drawing_is_offline_mermaid_of_the_graph_that_runs(monkeypatch):
     for node in ("router", "route_policy", "hyde", "rerank", "grade", "context_check", "confidence", "direct_answer"):
         assert f"    {node}[" in text
     assert "http" not in text and mermaid_markdown(pipe).startswith("```mermaid\n")
-    assert "grade[" not in to_mermaid(build_pipeline(Features(), MockChatGenerator(responses=["x"]), index_path="unused"))
+    assert "grade[" not in to_mermaid(build_pipeline(Features(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused"))
 
 
 @pytest.mark.integration
@@ -87,7 +87,7 @@ def test_a_breakpoint_stops_before_the_answer_with_its_prompt(sample_index, fast
         calls.append(messages)
         return "Smiljan [1]."
 
-    rag = AgenticRAG(Features(grading=True, grader_backend="embedding"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=llm))
+    rag = AgenticRAG(Features(answer_mode="free", grading=True, grader_backend="embedding"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=llm))
     paused = rag.pause_before(QUESTION, "answer")
     assert paused.step == "answer" and calls == []  # stopped before the only LLM call
     assert "Question: Where was Nikola Tesla born?" in paused.prompt_text() and "<source id=\"1\"" in paused.prompt_text()
@@ -98,7 +98,7 @@ def test_a_breakpoint_stops_before_the_answer_with_its_prompt(sample_index, fast
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("features", [Features(), Features.all_on(router_backend="rules")], ids=["plain", "all_on"])
+@pytest.mark.parametrize("features", [Features(answer_mode="free"), Features.all_on(answer_mode="free", router_backend="rules")], ids=["plain", "all_on"])
 def test_an_exported_yaml_loads_in_safe_mode_and_answers_like_the_engine(sample_index_dir, fast_config, features):
     from ragkit.index.store import RagIndex
 
@@ -135,7 +135,7 @@ def test_an_exported_yaml_with_the_real_model_gives_the_same_answer_and_sources(
     """Real 0.5B: Pipeline.loads(text, allowed_modules=["ragkit.*"]) restores the graph, which answers as the engine does."""
     from ragkit.index.store import RagIndex
 
-    features = Features(grading=True, grader_backend="embedding")
+    features = Features(answer_mode="free", grading=True, grader_backend="embedding")
     text = export_yaml(features, sample_index_dir, fast_config)
     restored = Pipeline.loads(text, allowed_modules=["ragkit.*"])
     exported = run_exported(restored, QUESTION)
@@ -160,7 +160,7 @@ def _post(url: str, body: dict, timeout: float) -> dict:
 @pytest.mark.llm
 def test_hayhooks_serves_the_exported_pipeline_over_http(sample_index_dir, fast_config, tmp_path):
     yaml_path = tmp_path / "pipeline.yaml"
-    yaml_path.write_text(export_yaml(Features(), sample_index_dir, fast_config))
+    yaml_path.write_text(export_yaml(Features(answer_mode="free"), sample_index_dir, fast_config))
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen([sys.executable, "-m", "ragkit.ui.cli", "serve", str(yaml_path), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

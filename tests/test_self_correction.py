@@ -90,10 +90,10 @@ def test_guarded_generator_turns_failures_into_a_traced_fallback():
         pipe = Pipeline()
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(response_fn=broken)))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})
-    assert out["answer"] == {"text": "kept", "ok": False, "tokens": {}}
+    assert out["answer"] == {"text": "kept", "ok": False, "tokens": {}, "evidence": None, "mode": "free"}
     assert any("answer: llm_error: MockChatGenerator failed (ConnectionError" in f for f in trace.fallbacks)
     empty = GuardedGenerator(generator=MockChatGenerator(responses=["   "])).run(messages=[])
-    assert empty == {"text": NO_ANSWER, "ok": False, "tokens": {}}
+    assert empty == {"text": NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "free"}
     again = GuardedGenerator.from_dict(GuardedGenerator(generator=MockChatGenerator(responses=["x"]), max_tokens=7).to_dict())
     assert again.max_tokens == 7
 
@@ -105,20 +105,20 @@ def test_a_reply_that_is_only_a_citation_is_a_traced_fallback(reply):
         pipe = Pipeline()
         pipe.add_component("answer", GuardedGenerator(generator=MockChatGenerator(responses=[reply])))
         out = pipe.run({"answer": {"messages": [], "fallback": "kept"}})["answer"]
-    assert out == {"text": "kept", "ok": False, "tokens": {}}
+    assert out == {"text": "kept", "ok": False, "tokens": {}, "evidence": None, "mode": "free"}
     assert any("answer: parse_failed: the reply is only a citation mark" in f for f in trace.fallbacks)
 
 
 def test_an_echoed_decline_instruction_is_a_decline_and_raw_mode_keeps_any_text():
     echoed = NO_ANSWER + " only if none of the sources mentions it."
-    assert GuardedGenerator(generator=MockChatGenerator(responses=[echoed])).run(messages=[]) == {"text": NO_ANSWER, "ok": True, "tokens": {}}
+    assert GuardedGenerator(generator=MockChatGenerator(responses=[echoed])).run(messages=[]) == {"text": NO_ANSWER, "ok": True, "tokens": {}, "evidence": None, "mode": "free"}
     raw = GuardedGenerator(generator=MockChatGenerator(responses=["[1]"]), answer_format=False)
-    assert raw.run(messages=[]) == {"text": "[1]", "ok": True, "tokens": {}}
+    assert raw.run(messages=[]) == {"text": "[1]", "ok": True, "tokens": {}, "evidence": None, "mode": "free"}
     assert GuardedGenerator.from_dict(raw.to_dict()).answer_format is False
 
 
 def test_bare_citation_answers_make_agentic_rag_decline_with_the_reason_traced(sample_index, fast_config):
-    rag = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=MockChatGenerator(responses=["[2]"]))
+    rag = AgenticRAG(Features(answer_mode="free"), config=fast_config, index=sample_index, generator=MockChatGenerator(responses=["[2]"]))
     result = rag.ask("What does the sample say about retrieval?")
     assert result.answer == NO_ANSWER
     assert any("parse_failed: the reply is only a citation mark" in f for f in result.trace.fallbacks)

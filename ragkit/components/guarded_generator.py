@@ -1,4 +1,5 @@
-"""GuardedGenerator: a chat generator inside a pipeline that never takes the pipeline down.
+"""GuardedGenerator: a chat generator inside a pipeline that never takes the pipeline down — and
+the answer step's two modes, free text and grounded spans.
 
 A bare ``ChatGenerator`` in a ``Pipeline`` raises on a dead server or a timeout, and its token
 counts stay in reply metadata no tracer reads. This wrapper calls the generator through
@@ -7,25 +8,44 @@ tokens reused from llama.cpp's prompt cache, completion tokens) and a failure or
 becomes a traced fallback: the ``fallback`` input if one was sent (e.g. the previous answer in a
 self-correction loop), else "The documents don't say.".
 
-With ``answer_format=True`` (the default) the reply is read as an answer: on llama.cpp its first token may
-not be a citation mark (:func:`ragkit.llm.structured.answer_constraint`), and on any backend a reply that is only
-citation marks is a fallback too (:func:`ragkit.llm.structured.parse_answer`).
+Two answer modes (``answer_mode``, or per question through the ``mode`` input, e.g. from the route):
+
+* ``"free"`` — text with citations. With ``answer_format=True`` (the default) on llama.cpp its first
+  token may not be a citation mark (:func:`ragkit.llm.structured.answer_constraint`), and on any
+  backend a reply that is only citation marks is a fallback too (:func:`ragkit.llm.structured.parse_answer`).
+* ``"grounded"`` — a span copied from ``documents`` followed by its citation, for questions that ask
+  for a fact. On llama.cpp the decoding itself can only copy (:class:`ragkit.llm.span_decoding.SpanMask`);
+  on a backend without logits the reply is generated freely and kept only if it matches a span of
+  the sources (:func:`ragkit.llm.span_decoding.snap_to_span`), else the step declines and says why.
+  With the ``question``, spans may only start in the sources' sentences that share its words, at a
+  word of its answer type (a number for "how many", a name for "who": :func:`ragkit.llm.span_decoding.candidate_starts`).
+  With a ``fallback`` (a self-correction retry) spans starting like the rejected answer are banned,
+  so the retry gives the model's next-best span. ``evidence`` says where the span sits.
 
 Usage::
 
-    pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256))
-    pipe.connect("prompt.prompt", "answer.messages")        # -> answer.text, answer.ok, answer.tokens
+    pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256, answer_mode="grounded"))
+    pipe.connect("prompt.prompt", "answer.messages")
+    pipe.connect("retrieve.documents", "answer.documents")   # -> answer.text, .ok, .tokens, .evidence, .mode
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
+from ragkit.eval.metrics import strip_citations
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.structured import answer_constraint, call_llm, generator_from_dict, generator_to_dict, parse_answer
+from ragkit.llm.span_decoding import SpanMask, candidate_starts, clean_span, locate_span, snap_to_span, vocabulary_for
+from ragkit.llm.structured import TokenProbabilities, answer_constraint, backend_of, call_llm, generator_from_dict, generator_to_dict, parse_answer
+from ragkit.pipeline.trace import record
+
+ANSWER_MODES = ("free", "grounded")
+# A SQuAD answer is 3 words on average; a clause-bounded span rarely needs more than 32 tokens, and a
+# bound keeps a model that copies a whole clause from spending the time of a free answer.
+SPAN_MAX_TOKENS = 32
 
 
 def _nonempty(text: str) -> str:
@@ -35,32 +55,93 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _span(text: str) -> str:
+    span = clean_span(text)
+    if not span:
+        raise ValueError("empty span")
+    return span
+
+
 @component
 class GuardedGenerator:
-    def __init__(self, generator: Any, max_tokens: int = 256, step: str = "answer", answer_format: bool = True):
+    def __init__(self, generator: Any, max_tokens: int = 256, step: str = "answer", answer_format: bool = True, answer_mode: str = "free"):
+        if answer_mode not in ANSWER_MODES:
+            raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, not {answer_mode!r}")
         self.generator = generator
         self.max_tokens = max_tokens
         self.step = step
         self.answer_format = answer_format
+        self.answer_mode = answer_mode
 
     def warm_up(self) -> None:
         if hasattr(self.generator, "warm_up"):
             self.generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, generator=generator_to_dict(self.generator), max_tokens=self.max_tokens, step=self.step, answer_format=self.answer_format)
+        return default_to_dict(
+            self, generator=generator_to_dict(self.generator), max_tokens=self.max_tokens, step=self.step,
+            answer_format=self.answer_format, answer_mode=self.answer_mode,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GuardedGenerator":
         return default_from_dict(cls, generator_from_dict(data))
 
-    @component.output_types(text=str, ok=bool, tokens=dict)
-    def run(self, messages: list[ChatMessage], fallback: Optional[str] = None) -> dict[str, Any]:
+    @component.output_types(text=str, ok=bool, tokens=dict, evidence=Optional[dict], mode=str)
+    def run(
+        self,
+        messages: list[ChatMessage],
+        fallback: Optional[str] = None,
+        documents: Optional[list[Document]] = None,
+        mode: Optional[str] = None,
+        question: Optional[str] = None,
+    ) -> dict[str, Any]:
+        mode = mode or self.answer_mode
+        if mode not in ANSWER_MODES:
+            record(fallback=f"{self.step}: unknown answer mode {mode!r}, answered free")
+            mode = "free"
+        if mode == "grounded" and documents:
+            return self._grounded(messages, documents, fallback, question)
+        if documents is not None:  # an answer step (the direct answer has no mode to report)
+            record(decision={"mode": "free"})
         kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
         if self.answer_format:
             kwargs.update(answer_constraint(self.generator))
         reply = call_llm(self.generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
         tokens = dict(reply.tokens or {})  # the reply's token probabilities, a confidence signal (llama.cpp only)
         if reply.ok:
-            return {"text": reply.value, "ok": True, "tokens": tokens}
-        return {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}}
+            return {"text": reply.value, "ok": True, "tokens": tokens, "evidence": None, "mode": "free"}
+        return {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "free"}
+
+    def _grounded(self, messages: list[ChatMessage], documents: list[Document], fallback: Optional[str], question: Optional[str]) -> dict[str, Any]:
+        sources = [d.content or "" for d in documents]
+        kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0}
+        constrained = backend_of(self.generator) == "llama.cpp"
+        if constrained:
+            from llama_cpp import LogitsProcessorList
+
+            self.warm_up()
+            banned = [strip_citations(fallback)] if fallback and fallback.strip() != NO_ANSWER else []
+            starts = candidate_starts(question, sources) if question else None
+            mask = SpanMask(vocabulary_for(self.generator), sources, banned_prefixes=banned, starts=starts)
+            kwargs["logits_processor"] = LogitsProcessorList([mask, TokenProbabilities()])
+        reply = call_llm(self.generator, messages, _span, kwargs, step=self.step)
+        failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
+        if not reply.ok:
+            return failed
+        if constrained:
+            found = locate_span(reply.value, sources)
+            span_text = sources[found.source - 1][found.start:found.end] if found else None
+            how = "copied (constrained decoding)"
+        else:
+            snapped = snap_to_span(reply.value, sources)
+            span_text, found = snapped if snapped else (None, None)
+            how = "snapped to the sources"
+        if found is None:
+            # the reply is not in the sources: declining beats passing on words no source supports
+            record(fallback=f"{self.step}: no span of the sources matches the reply {reply.value[:60]!r}; declined")
+            return {**failed, "ok": True, "text": NO_ANSWER}
+        doc = documents[found.source - 1]
+        evidence = {**found.to_dict(), "document_id": doc.id, "text": span_text, "sentence": sources[found.source - 1][found.sentence_start:found.sentence_end]}
+        record(decision={"mode": "grounded", "span": how, "source": found.source})
+        return {"text": f"{span_text} [{found.source}]", "ok": True, "tokens": dict(reply.tokens or {}), "evidence": evidence, "mode": "grounded"}

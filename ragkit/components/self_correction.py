@@ -92,11 +92,20 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     return pipe
 
 
+# The loop's own inputs, kept for every pass: the sources (the prompt, the grounded answer's span
+# mask and the judge read them), the question, and the answer mode ("grounded" / "free").
+LOOP_INPUTS = {
+    "documents": ["answer_prompt.documents", "answer.documents", "hallucination.documents"],
+    "question": ["answer_prompt.question", "answer.question", "hallucination.question"],
+    "mode": ["answer_prompt.mode", "answer.mode"],
+}
+
+
 def correction_loop(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> SuperComponent:
-    """The loop as one node of a bigger graph: inputs ``documents``, ``question``; outputs :data:`LOOP_OUTPUTS`."""
+    """The loop as one node of a bigger graph: inputs ``documents``, ``question``, ``mode``; outputs :data:`LOOP_OUTPUTS`."""
     return SuperComponent(
         pipeline=build_correction_pipeline(generator, detector, threshold, max_corrections, max_tokens),
-        input_mapping={"documents": ["answer_prompt.documents", "hallucination.documents"], "question": ["answer_prompt.question", "hallucination.question"]},
+        input_mapping=LOOP_INPUTS,
         output_mapping=LOOP_OUTPUTS,
     )
 
@@ -137,11 +146,13 @@ class SelfCorrectingAnswerer:
         return default_from_dict(cls, generator_from_dict(data))
 
     @component.output_types(answer=str, exit_reason=str, corrections=int, support=Optional[float], hallucination=dict)
-    def run(self, question: str, documents: list[Document]) -> dict[str, Any]:
+    def run(self, question: str, documents: list[Document], mode: Optional[str] = None) -> dict[str, Any]:
+        """``mode``: "grounded" (a span of the sources) or "free" (the default)."""
         if not documents:
             return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
         inputs = {"documents": documents, "question": question}
-        out = self.pipeline.run({"answer_prompt": inputs, "hallucination": inputs}, include_outputs_from={"hallucination", "correction_count"})
+        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {"documents": documents, "mode": mode or "free", "question": question}, "hallucination": inputs}
+        out = self.pipeline.run(data, include_outputs_from={"hallucination", "correction_count"})
         judged = out.get("hallucination", {})
         return {
             "answer": out["correction_router"]["answer"],

@@ -389,3 +389,24 @@ def differing_questions(
     if len(picked) > n:
         picked = random.Random(seed).sample(picked, n)
     return picked
+
+
+def compare_answer_modes(rags: dict[str, Any], questions: list[dict]) -> tuple[list[dict], dict[str, Any]]:
+    """Each question answered by every engine in ``rags`` (e.g. ``{"free": …, "grounded": …}``, same
+    model and index): per question the answers and their F1 against gold, and the last results per
+    mode (to show one with its evidence). Questions need ``question`` and ``answers``."""
+    from ragkit.eval.metrics import f1_score
+    from ragkit.llm.generators import reset_prompt_cache
+
+    rows, last = [], {}
+    for q in questions:
+        row: dict[str, Any] = {"question": q["question"], "gold": q["answers"][0]}
+        for name, rag in rags.items():
+            reset_prompt_cache(rag.generator)  # each mode from a cold cache, so the seconds compare
+            result = rag.ask(q["question"])
+            row[name] = result.answer
+            row[f"{name} F1"] = round(0.0 if result.declined else f1_score(result.answer, q["answers"]), 2)
+            row[f"{name} s"] = round(result.seconds, 1)
+            last.setdefault(name, []).append(result)
+        rows.append(row)
+    return rows, last

@@ -64,6 +64,15 @@ def answer_task(question: str) -> str:
     )
 
 
+def grounded_answer_task(question: str) -> str:
+    """The grounded answer's task: the reply can only be a span of the sources (the decoding makes
+    sure of it), so the task only has to say which span: the shortest one that answers."""
+    return (
+        "Task: copy from the sources the shortest exact phrase that answers the question (a few words, as written there).\n"
+        f"Question: {question}"
+    )
+
+
 def strict_answer_task(question: str) -> str:
     """The self-correction retry: the same prefix, a stricter task."""
     return (
@@ -107,11 +116,15 @@ class SourcesPromptBuilder(ChatPromptBuilder):
 
 
 def answer_prompt_builder():
-    """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the strict one
-    when ``attempt`` (a self-correction retry) is set. The tasks come from the functions above with the
-    question left as a Jinja variable, so there is one wording."""
-    user = SOURCES_TEMPLATE + "\n\n{% if attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
+    """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the grounded one
+    when ``mode`` is "grounded" (a retry stays grounded: the generator bans the rejected span), else
+    the strict one when ``attempt`` (a self-correction retry) is set. The tasks come from the functions
+    above with the question left as a Jinja variable, so there is one wording."""
+    user = (
+        SOURCES_TEMPLATE + "\n\n{% if mode == 'grounded' %}" + grounded_answer_task("{{ question }}")
+        + "{% elif attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
+    )
     return SourcesPromptBuilder(
         template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],
-        required_variables=["documents", "question"],  # `attempt` arrives only from the correction loop
+        required_variables=["documents", "question"],  # `attempt` arrives only from the correction loop, `mode` only when set
     )

@@ -17,16 +17,17 @@ import yaml
 
 from ragkit.config import reject_unknown_keys
 
-# Per route: retrieve at all, how many chunks reach the LLM, and whether HyDE runs (when on).
+# Per route: retrieve at all, how many chunks reach the LLM, whether HyDE runs (when on), and how the
+# answer is written: "grounded" (a span copied from a source, for a fact) or "free" (text with citations).
 # HyDE pays off when a question's words are not the documents' words (analytical, comparative,
 # summary questions); a factual lookup names its entity, which BM25 already finds, so there HyDE
 # would only add an LLM call (bench/results/agentic_squad.json, "hyde" row).
 DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
     "SIMPLE": {"retrieve": False, "top_k": 0, "hyde": False},  # answer from the model's own knowledge
-    "FACTUAL": {"retrieve": True, "top_k": 3, "hyde": False},
-    "ANALYTICAL": {"retrieve": True, "top_k": 5, "hyde": True},  # deeper
-    "COMPARISON": {"retrieve": True, "top_k": 5, "hyde": True},  # deeper: both sides must be in the context
-    "SUMMARY": {"retrieve": True, "top_k": 6, "hyde": True},  # broader
+    "FACTUAL": {"retrieve": True, "top_k": 3, "hyde": False, "answer": "grounded"},
+    "ANALYTICAL": {"retrieve": True, "top_k": 5, "hyde": True, "answer": "free"},  # deeper; a why/how needs sentences
+    "COMPARISON": {"retrieve": True, "top_k": 5, "hyde": True, "answer": "free"},  # deeper: both sides must be in the context
+    "SUMMARY": {"retrieve": True, "top_k": 6, "hyde": True, "answer": "free"},  # broader
 }
 
 
@@ -43,6 +44,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rerank_backend": ("bi-encoder", "llm", "cross-encoder"),
     "grader_backend": ("llm", "embedding"),
     "hallucination_backend": ("llm_judge", "hhem"),
+    "answer_mode": ("auto", "grounded", "free"),
 }
 
 
@@ -57,6 +59,11 @@ class Features:
     # Set aside retrieved chunks that address the model ("ignore the question", "grade this 10"):
     # a guard, not an agentic feature, so it is on in plain RAG too (components/injection_guard.py)
     injection_guard: bool = True
+    # How answers are written: "grounded" copies a span of a source (decoding that cannot do anything
+    # else, components/guarded_generator.py), "free" writes text with citations, "auto" picks per
+    # question — the route's policy with routing on, else grounded when the rules router reads the
+    # question as a fact lookup (a microsecond check, no LLM)
+    answer_mode: str = "auto"
     top_k: int = 3  # chunks in the answer prompt: each SQuAD-sized chunk costs ~1 s of prompt evaluation on 2 cores
     rerank: bool = False
     rerank_backend: str = "bi-encoder"  # bi-encoder | llm | cross-encoder
@@ -83,6 +90,9 @@ class Features:
             raise ValueError("confidence_floor and support_threshold must be in [0, 1]")
         if set(self.route_policy) != set(DEFAULT_ROUTE_POLICY):
             raise ValueError(f"route_policy needs exactly the routes {sorted(DEFAULT_ROUTE_POLICY)}")
+        for route, policy in self.route_policy.items():
+            if policy.get("answer", "free") not in ("grounded", "free"):
+                raise ValueError(f"route_policy[{route!r}]['answer'] must be 'grounded' or 'free', not {policy.get('answer')!r}")
         if self.self_correction and not self.hallucination_check:
             raise ValueError("self_correction needs hallucination_check: the loop acts on its score")
         if self.rerank and self.rerank_backend == "cross-encoder" and not self.rerank_model:
@@ -93,6 +103,14 @@ class Features:
     def all_on(cls, **overrides: Any) -> "Features":
         on = dict(routing=True, hyde=True, rerank=True, grading=True, hallucination_check=True, self_correction=True, confidence_floor=ALL_ON_FLOOR)
         return cls(**{**on, **overrides}).validate()
+
+    def answer_mode_for(self, route: str | None) -> str:
+        """The answer mode for a question on ``route`` (None: no router ran)."""
+        if self.answer_mode != "auto":
+            return self.answer_mode
+        if route is None:
+            return "grounded"
+        return (self.route_policy.get(route) or {}).get("answer", "free")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

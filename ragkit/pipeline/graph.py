@@ -3,8 +3,12 @@
 Every toggle adds nodes or edges to one graph; plain RAG (``Features()``) is the smallest graph::
 
     embed → retrieve → guard → context_check → answer_prompt → answer → confidence
+                                answer_mode ──────────┴────────────┘
 
-(``guard`` sets aside chunks that address the model; ``Features(injection_guard=False)`` drops it.)
+(``guard`` sets aside chunks that address the model; ``Features(injection_guard=False)`` drops it.
+``answer_mode`` reads the question with the router's rules: a fact lookup gets a grounded span
+answer, anything else free text; with routing on, the route's policy decides instead, and a fixed
+``Features(answer_mode="grounded" | "free")`` needs neither.)
 
 All on, the graph branches and loops::
 
@@ -46,6 +50,7 @@ from haystack.components.joiners import BranchJoiner
 from haystack.components.routers import ConditionalRouter
 from haystack.dataclasses import ChatMessage
 
+from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.guarded_generator import GuardedGenerator
@@ -74,7 +79,7 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"router", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -86,10 +91,20 @@ def policy_routes(features: Features) -> list[dict[str, Any]]:
             continue
         branch = "hyde_query" if features.hyde and policy.get("hyde", True) and features.retrieval_mode != "sparse" else "search_query"
         top_k = int(policy.get("top_k") or features.top_k)
-        routes.append({"condition": condition, "output": ["{{ query }}", str(top_k)], "output_name": [branch, "top_k"], "output_type": [str, int]})
+        mode = features.answer_mode_for(name)
+        routes.append({"condition": condition, "output": ["{{ query }}", str(top_k), mode], "output_name": [branch, "top_k", "answer_mode"], "output_type": [str, int, str]})
     # a route the policy does not know (a custom router): retrieve as plain RAG would
-    routes.append({"condition": "{{ true }}", "output": ["{{ query }}", str(features.top_k)], "output_name": ["search_query", "top_k"], "output_type": [str, int]})
+    fallback_mode = features.answer_mode if features.answer_mode != "auto" else "free"
+    routes.append({"condition": "{{ true }}", "output": ["{{ query }}", str(features.top_k), fallback_mode], "output_name": ["search_query", "top_k", "answer_mode"], "output_type": [str, int, str]})
     return routes
+
+
+def selector_policy(features: Features) -> dict[str, str]:
+    """Without a router, the rules-read route → answer mode; SIMPLE questions still retrieve there, so
+    they get the fact lookup's mode."""
+    policy = {route: features.answer_mode_for(route) for route in features.route_policy}
+    policy["SIMPLE"] = features.answer_mode_for("FACTUAL")
+    return policy
 
 
 def context_routes() -> list[dict[str, Any]]:
@@ -127,7 +142,7 @@ def build_pipeline(
     # Nothing in the outer graph loops (the correction loop bounds itself inside its SuperComponent):
     # one run per component per question, and Haystack stops anything that tries a second.
     pipe = Pipeline(max_runs_per_component=1)
-    inputs: dict[str, list[str]] = {"question": ["retrieve.query", "confidence.question"], "top_k": []}
+    inputs: dict[str, list[str]] = {"question": ["retrieve.query", "confidence.question"], "top_k": [], "answer_mode": []}
 
     # -- which question reaches retrieval, and how it is embedded --------------------------------
     embedding_senders: list[str] = []
@@ -203,17 +218,32 @@ def build_pipeline(
         pipe.add_component("self_correction", correction_loop(generator, detector, threshold, max_corrections, models.max_new_tokens))
         pipe.connect("context_check.context", "self_correction.documents")
         inputs["question"].append("self_correction.question")
+        mode_sockets = ["self_correction.mode"]
         for socket in ("answer", "support", "answer_ok", "answer_tokens"):
             pipe.connect(f"self_correction.{socket}", f"confidence.{socket}")
     else:
         pipe.add_component("answer_prompt", answer_prompt_builder())
         pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens))
         pipe.connect("context_check.context", "answer_prompt.documents")
+        pipe.connect("context_check.context", "answer.documents")  # the grounded mode's spans come from them
         pipe.connect("answer_prompt.prompt", "answer.messages")
-        inputs["question"].append("answer_prompt.question")
+        inputs["question"] += ["answer_prompt.question", "answer.question"]
+        mode_sockets = ["answer_prompt.mode", "answer.mode"]
         pipe.connect("answer.text", "confidence.answer")
         pipe.connect("answer.ok", "confidence.answer_ok")
         pipe.connect("answer.tokens", "confidence.answer_tokens")
+
+    # -- how the answer is written: the route's policy, the rules read of the question, or fixed ----
+    if f.routing:
+        for socket in mode_sockets:
+            pipe.connect("route_policy.answer_mode", socket)
+    elif f.answer_mode == "auto":
+        pipe.add_component("answer_mode", AnswerModeSelector(policy=selector_policy(f)))
+        inputs["question"].append("answer_mode.question")
+        for socket in mode_sockets:
+            pipe.connect("answer_mode.mode", socket)
+    else:
+        inputs["answer_mode"] += mode_sockets
 
     if direct_routes:
         pipe.add_component("direct_prompt", ChatPromptBuilder(template=[ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user("{{ question }}")], required_variables=["question"]))
@@ -224,6 +254,7 @@ def build_pipeline(
     pipe.metadata["ragkit"] = {
         "inputs": inputs,
         "top_k": f.top_k,
+        "answer_mode": f.answer_mode,
         "support_threshold": threshold if f.hallucination_check else None,
         "deadline_s": config.deadline_s,  # an exported graph keeps the question's deadline (RAGKIT_DEADLINE_S overrides)
         "features": f.to_dict(),
@@ -234,7 +265,7 @@ def build_pipeline(
 def graph_inputs(pipe: Pipeline, question: str) -> dict[str, dict[str, Any]]:
     """``Pipeline.run`` data for ``question``: every socket the graph leaves for the caller."""
     meta = pipe.metadata.get("ragkit") or {}
-    values = {"question": question, "top_k": meta.get("top_k", 3)}
+    values = {"question": question, "top_k": meta.get("top_k", 3), "answer_mode": meta.get("answer_mode", "free")}
     data: dict[str, dict[str, Any]] = {}
     for name, sockets in (meta.get("inputs") or {}).items():
         for socket in sockets:

@@ -17,6 +17,7 @@ from haystack import Document
 
 from ragkit.components.confidence import is_decline
 from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.span_decoding import evidence_for
 from ragkit.pipeline.trace import Trace, failed_steps, first_failure
 
 ANSWER_STEPS = ("answer", "direct_answer")
@@ -47,6 +48,16 @@ class AgenticResult:
     failed: bool = False  # no answer could be produced: every answer call failed or gave nothing usable
     error: str | None = None  # the first failure, "step: endpoint + cause", as one line for a CLI or API caller
     warnings: list[str] = field(default_factory=list)  # usable but degraded: "answer: reply cut at max_tokens=256"
+    answer_mode: str | None = None  # "grounded" (a span copied from a source) or "free"
+    evidence: dict[str, Any] | None = None  # where the answer stands verbatim in a source: source, start, end, sentence (span_decoding.evidence_for)
+
+    def highlighted_sentence(self, mark: tuple[str, str] = ("**", "**")) -> str | None:
+        """The evidence sentence with the answer's span between ``mark`` (markdown bold by default)."""
+        e = self.evidence
+        if not e:
+            return None
+        text = self.sources[e["source"] - 1].content or ""
+        return text[e["sentence_start"]:e["start"]] + mark[0] + text[e["start"]:e["end"]] + mark[1] + text[e["end"]:e["sentence_end"]]
 
 
 def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, features: Any) -> AgenticResult:
@@ -75,6 +86,7 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
         result.answer, result.exit_reason, result.confidence, result.symbol, result.p_lacks_answer = NO_ANSWER, "no_context", 0.0, "○", 1.0
         return result
     result.sources = list(context["context"])
+    result.answer_mode = answer_mode_of(out, trace)
     corrected = out.get("self_correction", {})
     if "answer" in corrected:
         result.answer = corrected["answer"]
@@ -94,11 +106,23 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
     result.details["confidence"] = scored["components"]
     result.p_lacks_answer = scored["p_lacks_answer"]
     result.declined = is_decline(result.answer)
+    if not result.declined and not result.failed:
+        result.evidence = evidence_for(result.answer, result.sources)
     if scored["decline"] and features.confidence_floor > 0:
         result.declined = True
         result.details["declined_answer"] = result.answer
         result.answer = NO_ANSWER + " Closest sources: " + ", ".join(sorted({str(d.meta.get("source")) for d in result.sources}))
     return result
+
+
+def answer_mode_of(out: dict[str, Any], trace: Trace) -> str | None:
+    """How the answer was written: the route policy's or the selector's choice, else what the answer step recorded."""
+    if out.get("answer", {}).get("mode"):
+        return out["answer"]["mode"]
+    for step in reversed(trace.steps):
+        if step.name == "answer":
+            return step.decision.get("mode")
+    return None
 
 
 def failed_result(question: str, trace: Trace, error: BaseException) -> AgenticResult:

@@ -120,7 +120,7 @@ def cmd_ask(args, console) -> int:
             "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
             "route": result.route, "exit_reason": result.exit_reason, "declined": result.declined, "corrections": result.corrections,
             "p_lacks_answer": result.p_lacks_answer, "failed": result.failed, "failed_steps": result.failed_steps, "note": note,
-            "error": result.error, "warnings": result.warnings,
+            "error": result.error, "warnings": result.warnings, "answer_mode": result.answer_mode, "evidence": result.evidence,
             "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
             "seconds": result.seconds, "timings_s": {s.name: round(s.seconds, 4) for s in trace.steps},
             "usage": {"llm_calls": trace.llm_calls, "prompt_tokens": trace.prompt_tokens, "prompt_tokens_reused": trace.prompt_tokens_reused, "completion_tokens": trace.completion_tokens},
@@ -130,6 +130,12 @@ def cmd_ask(args, console) -> int:
         return status
     console.print(f"[bold]Q:[/] {shown(result.question)}")
     console.print(f"[bold green]A:[/] {shown(result.answer)}")
+    evidence = result.evidence
+    if evidence:
+        text = result.sources[evidence["source"] - 1].content or ""
+        before, span, after = (text[evidence["sentence_start"]:evidence["start"]], text[evidence["start"]:evidence["end"]], text[evidence["end"]:evidence["sentence_end"]])
+        how = "copied from" if result.answer_mode == "grounded" else "found verbatim in"
+        console.print(f"[dim]Evidence ({how} source {evidence['source']}):[/] {shown(before)}[bold reverse]{shown(span)}[/]{shown(after)}")
     if note:
         console.print(f"[dim]({note})[/]")
     sureness = (f"declined (sources lack the answer: {result.p_lacks_answer:.0%} sure)" if result.p_lacks_answer is not None else "declined") if result.declined else (

@@ -215,11 +215,27 @@ def ab_compare(a: AgenticResult, b: AgenticResult, setup: tuple[dict[str, float]
     }
 
 
+def evidence_html(result: AgenticResult) -> str:
+    """The source sentence the answer stands in, with the answer's span highlighted ("" without one)."""
+    e = result.evidence
+    if not e or e["source"] > len(result.sources):
+        return ""
+    doc = result.sources[e["source"] - 1]
+    text = doc.content or ""
+    how = "copied from" if result.answer_mode == "grounded" else "found verbatim in"
+    return (
+        f"<div style='font-size:0.95em;overflow-wrap:anywhere;border-left:3px solid #f2b134;padding-left:6px;margin:4px 0'>"
+        f"<span style='color:#666'>evidence, {how} source {e['source']} ({html.escape(str(doc.meta.get('source') or doc.meta.get('title') or doc.id))}):</span> "
+        f"{html.escape(text[e['sentence_start']:e['start']])}<mark style='background:#ffe08a'>{html.escape(text[e['start']:e['end']])}</mark>"
+        f"{html.escape(text[e['end']:e['sentence_end']])}</div>"
+    )
+
+
 def result_html(result: AgenticResult) -> str:
     """The answer, its summary line, sources and trace as one HTML block."""
     return (
         f"<div style='font-size:1.1em;overflow-wrap:anywhere'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
-        f"<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(trace_rows(result.trace))}"
+        f"{evidence_html(result)}<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(trace_rows(result.trace))}"
     )
 
 

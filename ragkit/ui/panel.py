@@ -33,7 +33,7 @@ from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.ui import plots
 from ragkit.ui.graph_view import GraphView
 from ragkit.ui.html import (  # noqa: F401  (the notebooks import these from here)
-    ab_compare, comparison_html, confidence_text, format_grade, format_value, result_html, result_sentence, setup_html,
+    ab_compare, comparison_html, confidence_text, evidence_html, format_grade, format_value, result_html, result_sentence, setup_html,
     short_id, sources_rows, summary_html, summary_table_html, table_html, trace_rows,
 )
 from ragkit.pipeline.trace import Step
@@ -43,6 +43,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "routing": ("routing", "router_backend"),
     "HyDE": ("hyde", "hyde_passages"),
     "retrieval": ("retrieval_mode", "top_k", "injection_guard"),
+    "answer": ("answer_mode",),
     "reranking": ("rerank", "rerank_backend", "rerank_model", "rerank_candidates"),
     "grading": ("grading", "grader_backend", "grade_threshold"),
     "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold"),
@@ -60,7 +61,7 @@ LABELS: dict[str, str] = {
     "rerank_backend": "backend", "rerank_model": "model", "rerank_candidates": "candidates",
     "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
     "hhem_model": "HHEM model", "support_threshold": "threshold", "max_corrections": "max retries",
-    "confidence_floor": "decline <",
+    "confidence_floor": "decline <", "answer_mode": "mode",
 }
 NOT_A_CONTROL = ("route_policy",)  # a dict per route: edit it in code or YAML
 # ipywidgets reads a Dropdown value of None as "nothing selected" (the box looks empty), so the
@@ -303,7 +304,7 @@ class ControlPanel:
         answer = html.escape(result.answer)
         if result.declined and result.details.get("declined_answer"):
             answer += f"<div style='color:#666;font-size:0.85em'>declined; the model's answer was: {html.escape(result.details['declined_answer'])}</div>"
-        self.answer.value = f"<div style='font-size:1.1em;overflow-wrap:anywhere'>{answer}</div>"
+        self.answer.value = f"<div style='font-size:1.1em;overflow-wrap:anywhere'>{answer}</div>{evidence_html(result)}"
         self.summary.value = summary_html(result)
         self.sources.value = table_html(sources_rows(result))
         self.trace.value = table_html(trace_rows(result.trace))
