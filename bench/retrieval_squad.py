@@ -242,7 +242,7 @@ def run_ragkit(docs, vectors, queries, qvecs, lat_idx, emb_idx, text_embedder, d
                 for q, v in progress(list(zip(questions, qlists)), "ragkit-hybrid quality (top_k=100)")
             ],
         }
-        # The realistic call is top_k=10, whose RRF candidate lists are shallower (candidate_depth(10))
+        # The realistic call is top_k=10, whose candidate lists are shallower (candidate_depth(10))
         # than those of the top_k=100 call (candidate_depth(100)), so its top 10 can differ.
         hybrid10 = [
             ids_of(retriever.retrieve(q, top_k=LATENCY_K, mode="hybrid", query_embedding=v).documents)
@@ -288,7 +288,7 @@ def run_ragkit(docs, vectors, queries, qvecs, lat_idx, emb_idx, text_embedder, d
             extra["query_ms_p95_top_k100"] = pct(lat100, 95)
         results[name] = summarize(name, ranked[name], relevant, lat[name], lat_emb[name], build[name], watch, extra)
 
-    # RRF candidate depth sweep for the top_k=10 call: depth 30 is ragkit's default (the hybrid10 pass
+    # Fusion candidate depth sweep for the top_k=10 call: depth 30 is ragkit's default (the hybrid10 pass
     # above) and depth 300 is what the top_k=100 call used (its first 10 results are the same fusion).
     default_depth = ragkit_retrieval.candidate_depth(LATENCY_K)
     sweep = {
@@ -307,17 +307,17 @@ def run_ragkit(docs, vectors, queries, qvecs, lat_idx, emb_idx, text_embedder, d
                 ragkit_retrieval.candidate_depth = lambda top_k, d=depth: max(d, top_k)
                 runs = [
                     ids_of(retriever.retrieve(q, top_k=LATENCY_K, mode="hybrid", query_embedding=v).documents)
-                    for q, v in progress(list(zip(questions, qlists)), f"RRF depth {depth}")
+                    for q, v in progress(list(zip(questions, qlists)), f"fusion depth {depth}")
                 ]
                 ms = time_calls(
-                    lambda x: retriever.retrieve(x[0], top_k=LATENCY_K, mode="hybrid", query_embedding=x[1]), lat_q[:300], f"RRF depth {depth} latency"
+                    lambda x: retriever.retrieve(x[0], top_k=LATENCY_K, mode="hybrid", query_embedding=x[1]), lat_q[:300], f"fusion depth {depth} latency"
                 )
                 sweep[str(depth)] = {**quality(runs, relevant), "query_ms_p50": pct(ms, 50)}
         finally:
             ragkit_retrieval.candidate_depth = original
     sweep = dict(sorted(sweep.items(), key=lambda kv: int(kv[0])))
     for depth, row in sweep.items():
-        log(f"RRF candidate depth {depth}: nDCG@10 {row['ndcg@10']:.4f}  R@10 {row['recall@10']:.4f}  p50 {row['query_ms_p50']:.2f} ms")
+        log(f"fusion candidate depth {depth}: nDCG@10 {row['ndcg@10']:.4f}  R@10 {row['recall@10']:.4f}  p50 {row['query_ms_p50']:.2f} ms")
     del retriever, index
     gc.collect()
     return results, sweep, pct(embed_only, 50), pct(embed_only, 95)
@@ -504,7 +504,7 @@ def code_state() -> dict:
     import ragkit
 
     pkg = Path(ragkit.__file__).resolve().parent
-    files = ["index.py", "sparse.py", "retrieval.py", "components/dense_retriever.py", "components/sparse_retriever.py"]
+    files = ["index/store.py", "index/sparse.py", "index/retrieval.py", "components/dense_retriever.py", "components/sparse_retriever.py", "components/score_fusion.py"]
     out = {
         "ragkit_path": str(pkg),
         "ragkit_sources_sha256": {f: hashlib.sha256((pkg / f).read_bytes()).hexdigest()[:16] for f in files if (pkg / f).is_file()},
@@ -571,7 +571,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-chunks", type=int, default=100_000, help="chunks in the latency-only scale run (0 skips it)")
     ap.add_argument("--scale-queries", type=int, default=300)
     ap.add_argument("--scale-noise", type=float, default=0.01, help="per-dimension Gaussian sigma added to replicated vectors")
-    ap.add_argument("--depth-sweep", default="10,20,60,100", help="extra RRF candidate depths to try at top_k=10 (30 and 300 are always reported; empty: no extra)")
+    ap.add_argument("--depth-sweep", default="10,20,60,100", help="extra fusion candidate depths to try at top_k=10 (30 and 300 are always reported; empty: no extra)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-embeddings", type=Path, default=None, help="folder to keep corpus/query vectors between runs (development)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -686,7 +686,7 @@ def main(argv=None) -> int:
             "note": "dense systems' index_s excludes corpus embedding; all dense systems reuse the same vectors",
         },
         "systems": systems,
-        "hybrid_rrf_depth_sweep_top_k10": sweep,
+        "hybrid_depth_sweep_top_k10": sweep,
         "scale": scale,
         "targets": targets,
         "embedding_probes_ms_p50": PROBES,

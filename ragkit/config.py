@@ -61,7 +61,7 @@ class RagConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     retrieval_mode: RetrievalMode = "hybrid"
     top_k: int = 5
-    hybrid_sparse_weight: float = 0.8  # BM25's weight in rank fusion; see ragkit.index.retrieval.DEFAULT_SPARSE_WEIGHT
+    hybrid_sparse_weight: float = 0.5  # BM25's weight in the hybrid score fusion; see ragkit.index.retrieval.DEFAULT_SPARSE_WEIGHT
     # One budget per question for every LLM call in it (RAGKIT_DEADLINE_S; 0 or None: none). The
     # embedded 1.5B answers an all-features question in 20-60 s on 2 cores; a hung server must not
     # hold a notebook for minutes. Past it, calls fail at once and the answer says so.

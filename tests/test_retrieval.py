@@ -54,6 +54,15 @@ def test_hybrid_as_a_plain_haystack_pipeline(sample_index):
     assert len(docs) == 3 and docs[0].meta["source"] == "wikipedia/Super_Bowl_50.md"
 
 
+@pytest.mark.parametrize("question", ["Which team won Super Bowl 50?", "Where was Nikola Tesla born?", "How do I use a list as a stack?", "Rhine"])
+def test_hybrid_pipeline_ranks_as_retrieve_does(sample_index, hybrid, question):
+    pipeline = build_hybrid_pipeline(sample_index, top_k=5)
+    piped = pipeline.run({"embedder": {"text": question}, "sparse": {"query": question}})["joiner"]["documents"]
+    direct = hybrid.retrieve(question, top_k=5, mode="hybrid").documents
+    assert [d.id for d in piped] == [d.id for d in direct]
+    assert [d.score for d in piped] == pytest.approx([d.score for d in direct])
+
+
 def test_hierarchical_index_merges_children_into_parents(tmp_path, fast_config):
     from dataclasses import replace
 

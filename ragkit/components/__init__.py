@@ -9,6 +9,7 @@ import importlib
 _COMPONENTS = {
     "BM25sRetriever": "ragkit.components.sparse_retriever",
     "FaissRetriever": "ragkit.components.dense_retriever",
+    "HybridScoreJoiner": "ragkit.components.score_fusion",
     "IndexRetriever": "ragkit.components.index_retriever",
     "TokenChunker": "ragkit.components.token_chunker",
 }

@@ -4,9 +4,10 @@ The engine's graph needs retrieval as a single node that takes the question, an 
 embedding (the question's, or HyDE's) and ``top_k`` (which the router's branch may set), and that
 also reports what the candidate lists say about themselves (``signals``: best scores, margins,
 dense/sparse agreement) for the confidence step. :class:`~ragkit.index.retrieval.HybridRetriever`
-does the work (FAISS + bm25s fused by Haystack's ``DocumentJoiner``, auto-merging for hierarchical
-indexes); this component adds the pipeline sockets and serialization by index path.
+does the work (FAISS + bm25s fused by :class:`~ragkit.components.score_fusion.HybridScoreJoiner`,
+auto-merging for hierarchical indexes); this component adds the pipeline sockets and serialization by index path.
 
+``sparse_weight`` is BM25's weight in that fusion (0.5 by default).
 ``candidates`` > ``top_k`` retrieves deeper for a reranker downstream (which then keeps ``top_k``).
 
 Usage::
