@@ -93,6 +93,30 @@ def reliability_table(d: dict) -> str:
             f"| {d['cases']} | {d['passed']} | {d['data_loss']} | {d['hidden_failures']} |")
 
 
+def answer_quality_table(d: dict) -> str:
+    """bench/results/answer_quality.json: answer quality per set × model × config."""
+    def ratio(r: dict, key: str) -> str:
+        return f"{r[key]:.2f}×" if key in r else ""
+
+    lines = ["| set | model | config | n | EM | F1 | false declines | verbatim spans | p50 s | p50 vs free mode | p50 vs plain |", "|" + " --- |" * 11]
+    for set_name, models in (d.get("sets") or {}).items():
+        for model, configs in models.items():
+            for config, r in configs.items():
+                lines.append(
+                    f"| {set_name} | {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {r['false_decline']:.1%} | "
+                    f"{r['span_share']:.0%} | {r['p50_s']:.2f} | {ratio(r, 'p50_ratio_to_free')} | {ratio(r, 'p50_ratio_to_plain')} |"
+                )
+    return "\n".join(lines)
+
+
+def retrieval_quality_table(d: dict) -> str:
+    lines = ["| set | system | MRR@10 | Recall@10 |", "| --- | --- | --- | --- |"]
+    for set_name, systems in (d.get("retrieval") or {}).items():
+        for system, r in systems.items():
+            lines.append(f"| {set_name} | {system} | {r['mrr@10']:.4f} | {r['recall@10']:.4f} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     out = {}
     for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table),
@@ -100,6 +124,11 @@ def tables() -> dict[str, str]:
         data = load(name)
         if data:
             out[name] = fn(data)
+    quality = load("answer_quality.json")
+    if quality and quality.get("sets"):
+        out["answer_quality.json"] = answer_quality_table(quality)
+    if quality and quality.get("retrieval"):
+        out["answer_quality.json retrieval"] = retrieval_quality_table(quality)
     calibration = RESULTS / "calibration.md"
     if calibration.exists():
         out["calibration.json"] = calibration.read_text().strip()
@@ -123,7 +152,12 @@ def rewrite_readme(readme: Path) -> list[str]:
             i += 1
             while i < len(lines) and lines[i].startswith("|"):
                 i += 1
-            out.extend(generated[name].splitlines())
+            block = generated[name].splitlines()
+            rest = block[next((k for k, line in enumerate(block) if not line.startswith("|")), len(block)):]
+            # a table followed by a note (blank line + one line ending with its command): replace the old note too
+            if rest and i + len(rest) <= len(lines) and lines[i] == "" and lines[i + len(rest) - 1].endswith(rest[-1][-40:]):
+                i += len(rest)
+            out.extend(block)
             done.append(name)
             continue
         i += 1

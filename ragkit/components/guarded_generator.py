@@ -138,9 +138,10 @@ class GuardedGenerator:
             span_text, found = snapped if snapped else (None, None)
             how = "snapped to the sources"
         if found is None:
-            # the reply is not in the sources: declining beats passing on words no source supports
-            record(fallback=f"{self.step}: no span of the sources matches the reply {reply.value[:60]!r}; declined")
-            return {**failed, "ok": True, "text": NO_ANSWER}
+            # the reply is not in the sources: declining beats passing on words no source supports (a
+            # decline, not a failure: the call worked, and the confidence of a decline is 0 anyway)
+            record(decision={"mode": "grounded", "declined": f"no span of the sources matches the reply {reply.value[:60]!r}"})
+            return {"text": NO_ANSWER, "ok": True, "tokens": {}, "evidence": None, "mode": "grounded"}
         doc = documents[found.source - 1]
         evidence = {**found.to_dict(), "document_id": doc.id, "text": span_text, "sentence": sources[found.source - 1][found.sentence_start:found.sentence_end]}
         record(decision={"mode": "grounded", "span": how, "source": found.source})

@@ -373,8 +373,9 @@ def _f1(a: list[str], b: list[str]) -> float:
 
 
 def snap_to_span(reply: str, sources: list[str], min_f1: float = 0.6) -> tuple[str, Span] | None:
-    """Extract-then-verify: ``reply`` as it appears in a source (verbatim), or the source window of
-    about its length with the best token F1 ≥ ``min_f1``; None when no source supports it."""
+    """Extract-then-verify: ``reply`` as it appears in a source (verbatim), or the window of about its
+    length inside one source sentence that holds every content word of the reply, with the best token
+    F1 ≥ ``min_f1``; None when no source supports it."""
     from ragkit.eval.metrics import strip_citations
 
     reply = clean_span(strip_citations(reply))
@@ -384,15 +385,21 @@ def snap_to_span(reply: str, sources: list[str], min_f1: float = 0.6) -> tuple[s
     target = [w.lower() for w in _WORD.findall(reply)]
     if not target or len(target) > 40:
         return None
+    content = {w for w in target if w not in FUNCTION_WORDS}
     best: tuple[float, int, int, int] | None = None
     for i, text in enumerate(sources, 1):
-        words = list(_WORD.finditer(text))
-        lowered = [w.group(0).lower() for w in words]
-        for width in range(max(1, len(target) - 2), len(target) + 3):
-            for j in range(0, max(0, len(words) - width) + 1):
-                score = _f1(lowered[j:j + width], target)
-                if best is None or score > best[0]:
-                    best = (score, i, words[j].start(), words[min(j + width, len(words)) - 1].end())
+        left = 0
+        for right in [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]:
+            words = list(_WORD.finditer(text, left, right))  # windows stay inside one sentence
+            lowered = [w.group(0).lower() for w in words]
+            for width in range(max(1, len(target) - 2), min(len(target) + 2, len(words)) + 1):
+                for j in range(0, len(words) - width + 1):
+                    if not content <= set(lowered[j:j + width]):
+                        continue  # every content word of the reply must be there: "born on" does not verify "born in Smiljan"
+                    score = _f1(lowered[j:j + width], target)
+                    if best is None or score > best[0]:
+                        best = (score, i, words[j].start(), words[j + width - 1].end())
+            left = right
     if best is None or best[0] < min_f1:
         return None
     _, i, start, end = best

@@ -79,6 +79,8 @@ def _features(args):
         features.top_k = args.top_k
     if getattr(args, "mode", None):
         features.retrieval_mode = args.mode
+    if getattr(args, "answer_mode", None):
+        features.answer_mode = args.answer_mode
     return features.validate()
 
 
@@ -277,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _feature_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", help="YAML file of Features (routing, hyde, rerank, grading, ...); default: plain RAG")
     p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
+    p.add_argument("--answer-mode", choices=["auto", "grounded", "free"],
+                   help="grounded: a span copied from a source; free: text with citations; auto (default): grounded for fact lookups")
     if not any(a.dest == "top_k" for a in p._actions):
         p.add_argument("--top-k", type=int)
         p.add_argument("--mode", choices=["dense", "sparse", "hybrid"])

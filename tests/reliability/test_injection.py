@@ -98,7 +98,7 @@ def test_an_obedient_model_is_steered_only_without_the_guard(tmp_path, fast_conf
         assert "PWNED" not in result.answer and "Lithium" in result.answer
         assert [q["source"] for q in result.details["quarantined"]] == ["attack.md"]
     else:  # the mock really obeys: without the guard the attack wins (so the test above can fail)
-        assert result.answer == "PWNED"
+        assert "PWNED" in result.answer  # (grounded: "PWNED [1]", a span of the attack document)
 
 
 @pytest.mark.llm

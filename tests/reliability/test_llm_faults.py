@@ -70,8 +70,11 @@ def test_each_fault_is_named_in_words_with_its_endpoint(server, sample_index):
 
 @pytest.mark.fault("hidden_failure")
 def test_a_working_server_still_answers(server, sample_index):
-    result = AgenticRAG(Features.all_on(), config=remote(server.url("ok")), index=sample_index).ask(QUESTION)
+    result = AgenticRAG(Features.all_on(answer_mode="free"), config=remote(server.url("ok")), index=sample_index).ask(QUESTION)
     assert not result.failed and result.answer.startswith("Nikola Tesla was born in Smiljan") and result.error is None
+    # grounded, the server's reply is not a span of any source: a decline (not a failure), never passed on
+    grounded = AgenticRAG(Features.all_on(answer_mode="grounded"), config=remote(server.url("ok")), index=sample_index).ask(QUESTION)
+    assert not grounded.failed and grounded.declined and "Smiljan" not in grounded.answer
 
 
 @pytest.mark.fault("hidden_failure")
@@ -162,7 +165,7 @@ def test_cli_babble_is_cut_not_printed(server, sample_index_dir):
 @pytest.mark.fault("clear_error")
 def test_cli_prints_brackets_and_escape_sequences_as_text(sample_index_dir):
     with FakeOpenAI(answer="See [/quote] and [draft] \x1b[31mred [1].") as fake:
-        done = run_cli("ask", "[/] what is [bold]this?", "--index-dir", str(sample_index_dir), url=fake.url("ok"))
+        done = run_cli("ask", "[/] what is [bold]this?", "--index-dir", str(sample_index_dir), "--answer-mode", "free", url=fake.url("ok"))
     assert done.returncode == 0, done.stderr[-800:]
     assert "[/quote]" in done.stdout and "[draft]" in done.stdout and "[/] what is [bold]this?" in done.stdout
     assert "\x1b[31m" not in done.stdout and "\\x1b[31m" in done.stdout
