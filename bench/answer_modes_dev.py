@@ -8,10 +8,12 @@ every variant answers the same sources from a cold prompt cache (question-major 
 
 * ``free`` — the free-text answer task, citation-first token masked (the old answer mode);
 * ``snap`` — ``free``'s reply kept only if it matches a span of the sources (extract-then-verify);
-* ``span`` — span-constrained decoding, any word start;
-* ``span_content`` — … spans may not open with a function word ("The", "In", …);
-* ``span_narrowed`` — … and may only start in the three sentences sharing most words with the
-  question, at a word of the question's answer type (what ``GuardedGenerator`` ships).
+* ``span_narrowed`` — span-constrained decoding straight away: spans may not open with a function
+  word ("The", "In", …) and may only start in the three sentences sharing most words with the
+  question, at a word of the question's answer type;
+* ``draft_copy`` — what ``GuardedGenerator(answer_mode="grounded")`` ships: the free answer first,
+  then a follow-up turn that copies it under the same span mask (the draft's words also point at
+  the sentence).
 
     .venv/bin/python bench/answer_modes_dev.py --model qwen2.5-coder-0.5b --questions 40
 
@@ -31,17 +33,18 @@ from answer_quality import SETS, dev_questions
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
+from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.config import ModelConfig
 from ragkit.eval.experiments import index_documents, load_squad_corpus
-from ragkit.eval.metrics import exact_match, f1_score
+from ragkit.eval.metrics import exact_match, f1_score, strip_citations
 from ragkit.index.retrieval import HybridRetriever
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
-from ragkit.llm.prompts import answer_task, context_messages, grounded_answer_task
+from ragkit.llm.prompts import NO_ANSWER, answer_task, context_messages, grounded_answer_task
 from ragkit.llm.span_decoding import FUNCTION_WORDS, SpanMask, candidate_starts, locate_span, snap_to_span, vocabulary_for
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, call_llm, parse_answer
 
 OUT = ROOT / "bench" / "results" / "answer_modes_dev.json"
-VARIANTS = ("free", "snap", "span", "span_content", "span_narrowed")
+VARIANTS = ("free", "snap", "span_narrowed", "draft_copy")
 
 
 def main() -> int:
@@ -57,6 +60,7 @@ def main() -> int:
     llm = build_chat_generator(ModelConfig(llm=args.model))
     llm.warm_up()
     vocabulary = vocabulary_for(llm)
+    shipped = GuardedGenerator(generator=llm, max_tokens=64, answer_mode="grounded")
     rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for q in tqdm(dev_questions(questions)[:args.questions], file=sys.stderr, desc=args.model):
         sources = retriever.retrieve(q["question"], top_k=3).documents
@@ -67,6 +71,12 @@ def main() -> int:
                 snapped = snap_to_span(free_reply or "", texts)
                 answer = snapped[0] if snapped else ""
                 rows[variant].append({"answer": answer, "seconds": rows["free"][-1]["seconds"], "span": snapped is not None})
+            elif variant == "draft_copy":
+                reset_prompt_cache(llm)
+                t0 = time.perf_counter()
+                out = shipped.run(messages=context_messages(sources, answer_task(q["question"])), documents=sources, mode="grounded", question=q["question"])
+                answer = "" if out["text"] == NO_ANSWER else strip_citations(out["text"])
+                rows[variant].append({"answer": answer, "seconds": time.perf_counter() - t0, "span": out["evidence"] is not None})
             else:
                 reset_prompt_cache(llm)
                 if variant == "free":
@@ -74,10 +84,7 @@ def main() -> int:
                     kwargs = {"max_tokens": 64, "temperature": 0.0, **answer_constraint(llm)}
                     parse = parse_answer
                 else:
-                    mask = SpanMask(
-                        vocabulary, texts, banned_first_words=() if variant == "span" else FUNCTION_WORDS,
-                        starts=candidate_starts(q["question"], texts) if variant == "span_narrowed" else None,
-                    )
+                    mask = SpanMask(vocabulary, texts, banned_first_words=FUNCTION_WORDS, starts=candidate_starts(q["question"], texts))
                     messages = context_messages(sources, grounded_answer_task(q["question"]))
                     kwargs = {"max_tokens": 32, "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
                     parse = str.strip

@@ -3,7 +3,7 @@ SQuAD-Shifts new_wiki: sparse, dense, the shipped fusion (``HybridScoreJoiner``:
 scores divided by its best, equal weights) and the reciprocal rank fusion it replaced (BM25
 weight 0.8), plus checks that the fusion holds when the dense retriever is much weaker.
 
-Run from the repository root (~10 min on 2 cores once the indexes are cached under bench/.cache)::
+Run from the repository root (10-20 min on 2 cores once the indexes are cached under bench/.cache)::
 
     .venv/bin/python bench/fusion.py
     .venv/bin/python bench/fusion.py --max-queries 500 --out /tmp/fusion.json --no-answer-quality   # quick check

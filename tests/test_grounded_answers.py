@@ -204,13 +204,14 @@ def test_the_answer_mode_comes_from_the_route_the_rules_or_the_config():
 
 
 # -- with the real 0.5B --------------------------------------------------------------------------
-README_FACT_QUESTIONS = ["Where was Nikola Tesla born?", "Who won Super Bowl 50?", "When did Tesla move to New York?"]
+README_FACT_QUESTIONS = {"Where was Nikola Tesla born?": "Smiljan", "Who won Super Bowl 50?": "Broncos", "When did Tesla move to New York?": "1884"}
 
 
 @pytest.mark.integration
 @pytest.mark.llm
 @pytest.mark.parametrize("question", README_FACT_QUESTIONS)
 def test_the_real_model_answers_a_fact_with_a_copied_span_and_its_evidence(sample_index, fast_config, local_llm, question):
+    """The README's fact questions: the right span (free text got them right too; the copy must not lose them)."""
     from ragkit.pipeline.engine import AgenticRAG
 
     result = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=local_llm).ask(question)
@@ -218,9 +219,10 @@ def test_the_real_model_answers_a_fact_with_a_copied_span_and_its_evidence(sampl
     span = result.evidence
     assert span is not None and result.answer == f"{span['text']} [{span['source']}]"
     assert span["text"] in result.sources[span["source"] - 1].content  # copied, not written
-    assert not result.answer.strip().startswith("[")
-    step = result.trace.step("answer")
-    assert step.llm_calls == 1 and step.completion_tokens > 0 and step.decision.get("mode") == "grounded"
+    assert README_FACT_QUESTIONS[question] in span["text"]
+    step = result.trace.step("answer")  # the draft, then the copy (a short follow-up turn over the cached prompt)
+    assert step.llm_calls == 2 and step.completion_tokens > 0 and step.decision.get("mode") == "grounded"
+    assert step.prompt_tokens_reused > 0.4 * step.prompt_tokens
 
 
 @pytest.mark.integration
@@ -229,7 +231,8 @@ def test_the_real_model_all_features_grounded_then_free_by_route(sample_index, f
     from ragkit.pipeline.engine import AgenticRAG
 
     rag = AgenticRAG(Features.all_on(router_backend="rules"), config=fast_config, index=sample_index, generator=local_llm)
-    fact = rag.ask("Where was Nikola Tesla born?")
-    assert fact.route == "FACTUAL" and fact.answer_mode == "grounded" and "Smiljan" in (fact.evidence or {}).get("sentence", "")
+    fact = rag.ask("Who won Super Bowl 50?")
+    assert fact.route == "FACTUAL" and fact.answer_mode == "grounded" and fact.evidence is not None
+    assert fact.evidence["text"] in fact.sources[fact.evidence["source"] - 1].content
     essay = rag.ask("How does lru_cache differ from cache?")
     assert essay.route == "COMPARISON" and essay.answer_mode == "free"

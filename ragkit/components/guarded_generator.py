@@ -46,6 +46,8 @@ ANSWER_MODES = ("free", "grounded")
 # A SQuAD answer is 3 words on average; a clause-bounded span rarely needs more than 32 tokens, and a
 # bound keeps a model that copies a whole clause from spending the time of a free answer.
 SPAN_MAX_TOKENS = 32
+DRAFT_MAX_TOKENS = 48  # the draft only has to name the answer
+COPY_TASK = "Now copy from the sources the shortest exact phrase that is this answer (a few words, as written there)."
 
 
 def _nonempty(text: str) -> str:
@@ -76,6 +78,8 @@ class GuardedGenerator:
     def warm_up(self) -> None:
         if hasattr(self.generator, "warm_up"):
             self.generator.warm_up()
+        if self.step == "answer" and backend_of(self.generator) == "llama.cpp" and getattr(self.generator, "_model", None) is not None:
+            vocabulary_for(self.generator)  # the span mask's index of the vocabulary (~1 s once per model): setup, not a question's time
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
@@ -115,34 +119,42 @@ class GuardedGenerator:
 
     def _grounded(self, messages: list[ChatMessage], documents: list[Document], fallback: Optional[str], question: Optional[str]) -> dict[str, Any]:
         sources = [d.content or "" for d in documents]
-        kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0}
-        constrained = backend_of(self.generator) == "llama.cpp"
-        if constrained:
-            from llama_cpp import LogitsProcessorList
-
-            self.warm_up()
-            banned = [strip_citations(fallback)] if fallback and fallback.strip() != NO_ANSWER else []
-            starts = candidate_starts(question, sources) if question else None
-            mask = SpanMask(vocabulary_for(self.generator), sources, banned_prefixes=banned, starts=starts)
-            kwargs["logits_processor"] = LogitsProcessorList([mask, TokenProbabilities()])
-        reply = call_llm(self.generator, messages, _span, kwargs, step=self.step)
         failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
+        constrained = backend_of(self.generator) == "llama.cpp"
+        # 1. the model answers in its own words (a small model that must start copying at once picks
+        #    the first plausible phrase it sees; written first, the answer is usually the right one)
+        draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0, **answer_constraint(self.generator)}
+        draft = call_llm(self.generator, messages, parse_answer, draft_kwargs, step=self.step)
+        if not draft.ok:
+            return failed
+        if not constrained:  # no logits: keep the draft only where it is a span of the sources
+            snapped = snap_to_span(draft.value, sources)
+            return self._span_result(documents, *snapped, "snapped to the sources", draft.tokens) if snapped else self._no_span(draft.value)
+        # 2. …then copies it: a follow-up turn decoded under the span mask (the sources and the draft are
+        #    in llama.cpp's cache, so only the short turn is evaluated)
+        from llama_cpp import LogitsProcessorList
+
+        self.warm_up()
+        banned = [strip_citations(fallback)] if fallback and fallback.strip() != NO_ANSWER else []
+        starts = candidate_starts(question, sources, hint=draft.value) if question else None
+        mask = SpanMask(vocabulary_for(self.generator), sources, banned_prefixes=banned, starts=starts)
+        copy_messages = [*messages, ChatMessage.from_assistant(draft.text or draft.value), ChatMessage.from_user(COPY_TASK)]
+        kwargs = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
+        reply = call_llm(self.generator, copy_messages, _span, kwargs, step=self.step)
         if not reply.ok:
             return failed
-        if constrained:
-            found = locate_span(reply.value, sources)
-            span_text = sources[found.source - 1][found.start:found.end] if found else None
-            how = "copied (constrained decoding)"
-        else:
-            snapped = snap_to_span(reply.value, sources)
-            span_text, found = snapped if snapped else (None, None)
-            how = "snapped to the sources"
+        found = locate_span(reply.value, sources)
         if found is None:
-            # the reply is not in the sources: declining beats passing on words no source supports (a
-            # decline, not a failure: the call worked, and the confidence of a decline is 0 anyway)
-            record(decision={"mode": "grounded", "declined": f"no span of the sources matches the reply {reply.value[:60]!r}"})
-            return {"text": NO_ANSWER, "ok": True, "tokens": {}, "evidence": None, "mode": "grounded"}
-        doc = documents[found.source - 1]
-        evidence = {**found.to_dict(), "document_id": doc.id, "text": span_text, "sentence": sources[found.source - 1][found.sentence_start:found.sentence_end]}
+            return self._no_span(reply.value)
+        return self._span_result(documents, sources[found.source - 1][found.start:found.end], found, "copied (constrained decoding)", reply.tokens)
+
+    def _no_span(self, reply: str) -> dict[str, Any]:
+        # declining beats passing on words no source supports (a decline, not a failure: the calls worked)
+        record(decision={"mode": "grounded", "declined": f"no span of the sources matches the reply {reply[:60]!r}"})
+        return {"text": NO_ANSWER, "ok": True, "tokens": {}, "evidence": None, "mode": "grounded"}
+
+    def _span_result(self, documents: list[Document], span_text: str, found: Any, how: str, tokens: Optional[dict]) -> dict[str, Any]:
+        text = documents[found.source - 1].content or ""
+        evidence = {**found.to_dict(), "document_id": documents[found.source - 1].id, "text": span_text, "sentence": text[found.sentence_start:found.sentence_end]}
         record(decision={"mode": "grounded", "span": how, "source": found.source})
-        return {"text": f"{span_text} [{found.source}]", "ok": True, "tokens": dict(reply.tokens or {}), "evidence": evidence, "mode": "grounded"}
+        return {"text": f"{span_text} [{found.source}]", "ok": True, "tokens": dict(tokens or {}), "evidence": evidence, "mode": "grounded"}
