@@ -50,7 +50,11 @@ def scripted_llm(model, callback=None):
 
 @pytest.fixture()
 def panel(sample_index, fast_config):
-    return ControlPanel(index=sample_index, config=fast_config, question="Where was Nikola Tesla born?", generator_factory=scripted_llm)
+    """The panel over a scripted LLM in the free answer mode: these tests are about what the panel
+    shows; grounded answers have their own tests (tests/test_grounded_answers.py)."""
+    panel = ControlPanel(index=sample_index, config=fast_config, question="Where was Nikola Tesla born?", generator_factory=scripted_llm)
+    panel.controls["answer_mode"].value = "free"
+    return panel
 
 
 def test_every_features_field_has_a_control_and_round_trips():
@@ -207,7 +211,7 @@ def test_one_time_setup_runs_before_timing_and_is_shown_apart(panel, monkeypatch
     assert "sentence_vectors" not in [s.name for s in result.trace.steps]
     assert min(s.started for s in result.trace.steps) >= prepared[-1]
     assert "one-time setup: sentence vectors 2" in panel.setup.value and "not part of the per-question latency" in panel.setup.value
-    comparison, _ = panel.compare(Features(rerank=True, grading=True))
+    comparison, _ = panel.compare(Features(answer_mode="free", rerank=True, grading=True))
     assert all(side["sentence vectors"] >= 0.2 for side in comparison["one_time_setup_s"])
     assert "one-time setup (not in latency)" in comparison_html(comparison)
 
@@ -230,7 +234,7 @@ def test_grades_are_shown_out_of_10_everywhere(panel):
     assert result.sources[0].meta["grade"] == 9.0
     assert "9/10" in panel.sources.value
     assert "threshold=4/10" in panel.trace.value and "grades=9/10 1/10" in panel.trace.value
-    comparison, _ = panel.compare(Features(grading=True))
+    comparison, _ = panel.compare(Features(answer_mode="free", grading=True))
     html = comparison_html(comparison)
     assert "grade 9/10" in html and "grade 1/10" in html  # kept in A and B; dropped by grading
 
@@ -260,7 +264,7 @@ def test_flipping_grading_adds_the_step_and_drops_chunks(panel):
 
 
 def test_ab_view_reports_what_changed(panel):
-    comparison, figure = panel.compare(Features(grading=True, hallucination_check=True), labels=("plain", "checked"))
+    comparison, figure = panel.compare(Features(answer_mode="free", grading=True, hallucination_check=True), labels=("plain", "checked"))
     assert comparison["llm_calls"] == (1, 3)
     assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["plain", "checked"]
     assert {"grade", "hallucination"} <= set(comparison["steps_only_b"]) and comparison["dropped_by_grading"][1]
@@ -274,7 +278,7 @@ def _cells(html_text: str) -> list[list[str]]:
 
 
 def test_ab_table_is_for_people(panel):
-    comparison, _ = panel.compare(Features(grading=True, hallucination_check=True), question="Where was Nikola Tesla born?")
+    comparison, _ = panel.compare(Features(answer_mode="free", grading=True, hallucination_check=True), question="Where was Nikola Tesla born?")
     html_text = comparison_html(comparison, ("plain", "graded"))
     rows = {r[0]: r[1:] for r in _cells(html_text)[1:]}
     assert not re.search(r"[0-9a-f]{20,}", html_text)  # short ids, not 64-character hashes
@@ -328,7 +332,7 @@ def test_summary_table_rounds_and_gives_units():
 
 def test_ablation_summarises_quality_and_cost(panel):
     questions = [{"question": "Where was Nikola Tesla born?", "answers": ["Smiljan"]}] * 2
-    summary = run_ablation(lambda f: panel.engine.rag(f, panel.model.value), {"plain": Features(), "graded": Features(grading=True)}, questions, progress=False)
+    summary = run_ablation(lambda f: panel.engine.rag(f, panel.model.value), {"plain": Features(answer_mode="free"), "graded": Features(answer_mode="free", grading=True)}, questions, progress=False)
     assert summary["plain"]["questions"] == 2 and summary["plain"]["llm_calls_per_q"] == 1 and summary["graded"]["llm_calls_per_q"] == 2
     assert summary["plain"]["f1"] > 0 and summary["plain"]["latency_s_p50"] > 0
 

@@ -7,8 +7,10 @@ Imported on first use: ``ragkit.index.retrieval`` imports the retrievers from he
 import importlib
 
 _COMPONENTS = {
+    "AnswerModeSelector": "ragkit.components.answer_mode",
     "BM25sRetriever": "ragkit.components.sparse_retriever",
     "FaissRetriever": "ragkit.components.dense_retriever",
+    "GuardedGenerator": "ragkit.components.guarded_generator",
     "HybridScoreJoiner": "ragkit.components.score_fusion",
     "IndexRetriever": "ragkit.components.index_retriever",
     "TokenChunker": "ragkit.components.token_chunker",

@@ -128,7 +128,7 @@ class GuardedGenerator:
         if not draft.ok:
             return failed
         if not constrained:  # no logits: keep the draft only where it is a span of the sources
-            snapped = snap_to_span(draft.value, sources)
+            snapped = snap_to_span(draft.value, sources, question or "")
             return self._span_result(documents, *snapped, "snapped to the sources", draft.tokens) if snapped else self._no_span(draft.value)
         # 2. …then copies it: a follow-up turn decoded under the span mask (the sources and the draft are
         #    in llama.cpp's cache, so only the short turn is evaluated)

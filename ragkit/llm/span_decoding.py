@@ -18,7 +18,8 @@ A 0.5–1.5B model that has the right paragraph in front of it still writes "[2]
 * :func:`locate_span` finds where a decoded span sits (source, character offsets, its sentence) for the
   citation and the highlighted evidence; :func:`snap_to_span` is the cheaper alternative for backends
   that give no logits (an OpenAI-compatible server): generate freely, then keep the reply only if it
-  matches a source span (exactly, or as the best window with token F1 ≥ ``min_f1``), else decline.
+  is a span of a source, or every content word of it stands in one source sentence (then the
+  words it adds to the question are the span), else decline.
 
 Hand-written because no library does it: llama.cpp's GBNF grammars could express "one of these
 strings", but a grammar over every span of three paragraphs is thousands of alternatives, and
@@ -372,50 +373,41 @@ def locate_span(span: str, sources: list[str]) -> Span | None:
 _WORD = re.compile(r"\w+")
 
 
-def _f1(a: list[str], b: list[str]) -> float:
-    if not a or not b:
-        return 0.0
-    common = 0
-    pool = list(b)
-    for w in a:
-        if w in pool:
-            pool.remove(w)
-            common += 1
-    if not common:
-        return 0.0
-    p, r = common / len(a), common / len(b)
-    return 2 * p * r / (p + r)
-
-
-def snap_to_span(reply: str, sources: list[str], min_f1: float = 0.6) -> tuple[str, Span] | None:
-    """Extract-then-verify: ``reply`` as it appears in a source (verbatim), or the window of about its
-    length inside one source sentence that holds every content word of the reply, with the best token
-    F1 ≥ ``min_f1``; None when no source supports it."""
+def snap_to_span(reply: str, sources: list[str], question: str = "") -> tuple[str, Span] | None:
+    """Extract-then-verify: ``reply`` as it appears in a source (verbatim); else, in a source sentence
+    that holds every content word of the reply (verified), the shortest stretch holding the words the
+    reply adds to the question ("Tesla was born in Smiljan" → "Smiljan"); None when no sentence
+    supports the whole reply."""
     from ragkit.eval.metrics import strip_citations
 
     reply = clean_span(strip_citations(reply))
     exact = locate_span(reply, sources)
     if exact is not None:
         return sources[exact.source - 1][exact.start:exact.end], exact
-    target = [w.lower() for w in _WORD.findall(reply)]
-    if not target or len(target) > 40:
+    content = {w.lower() for w in _WORD.findall(reply) if w.lower() not in FUNCTION_WORDS}
+    if not content or len(content) > 40:
         return None
-    content = {w for w in target if w not in FUNCTION_WORDS}
-    best: tuple[float, int, int, int] | None = None
+    asked = {w.lower() for w in _WORD.findall(question)}
+    new = (content - asked) or content
+    best: tuple[int, int, int, int] | None = None  # (length, source, start, end)
     for i, text in enumerate(sources, 1):
         left = 0
         for right in [b for _, b in sentence_ends(text)] + [len(text)]:
-            words = list(_WORD.finditer(text, left, right))  # windows stay inside one sentence
+            words = list(_WORD.finditer(text, left, right))
             lowered = [w.group(0).lower() for w in words]
-            for width in range(max(1, len(target) - 2), min(len(target) + 2, len(words)) + 1):
-                for j in range(0, len(words) - width + 1):
-                    if not content <= set(lowered[j:j + width]):
-                        continue  # every content word of the reply must be there: "born on" does not verify "born in Smiljan"
-                    score = _f1(lowered[j:j + width], target)
-                    if best is None or score > best[0]:
-                        best = (score, i, words[j].start(), words[j + width - 1].end())
+            if content <= set(lowered):
+                at = [k for k, w in enumerate(lowered) if w in new]
+                for a in at:  # the shortest window from a word of `new` that holds all of `new`
+                    seen, b = set(), a
+                    while b < len(lowered) and not new <= seen:
+                        seen.add(lowered[b]) if lowered[b] in new else None
+                        b += 1
+                    if new <= seen:
+                        length = words[b - 1].end() - words[a].start()
+                        if best is None or length < best[0]:
+                            best = (length, i, words[a].start(), words[b - 1].end())
             left = right
-    if best is None or best[0] < min_f1:
+    if best is None:
         return None
     _, i, start, end = best
     text = sources[i - 1]
