@@ -43,13 +43,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from squad_common import CACHE, ROOT, run_facts
+from squad_common import CACHE, ROOT, answer_row, run_facts
 from tqdm import tqdm
 
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.eval.calibration import AGENTIC_SIGNALS, CORRECT_F1, read_rows, rescore_row, shipped_calibration, model_calibration
+from ragkit.eval.calibration import model_calibration, read_rows, rescore_row, shipped_calibration
 from ragkit.eval.experiments import index_documents, load_squad_corpus
-from ragkit.eval.metrics import exact_match, f1_score
 from ragkit.pipeline.features import ALL_ON_FLOOR, Features
 
 SETS = {"squad_dev": ROOT / "data" / "squad" / "squaddev_v1.1.json.gz", "new_wiki": ROOT / "data" / "squad" / "new_wiki_v1.0.json.gz"}
@@ -111,17 +110,7 @@ def run(set_name: str, model: str, n: int, baseline_n: int) -> None:
                 if (q["id"], name) in done or (name == "plain_free" and i >= baseline_n):
                     continue
                 reset_prompt_cache(generator)
-                r = rag.ask(q["question"])
-                f1 = 0.0 if r.declined else f1_score(r.answer, q["answers"])
-                out.write(json.dumps({
-                    "set": set_name, "model": model, "config": name, "id": q["id"], "question": q["question"], "gold": q["answers"][:3],
-                    "answer": r.answer, "declined": r.declined, "f1": round(f1, 4), "em": 0.0 if r.declined else exact_match(r.answer, q["answers"]),
-                    "correct": f1 >= CORRECT_F1, "gold_in_sources": any(d.id == q["doc_id"] for d in r.sources),
-                    "answer_mode": r.answer_mode, "verbatim_span": r.evidence is not None,
-                    "signals": {k: v for k, v in (r.details.get("confidence") or {}).items() if k in AGENTIC_SIGNALS},
-                    "failed_steps": r.failed_steps, "exit_reason": r.exit_reason, "route": r.route,
-                    "confidence_at_run": r.confidence, "seconds": round(r.seconds, 3), "llm_calls": r.trace.llm_calls,
-                }) + "\n")
+                out.write(json.dumps(answer_row(set_name, model, name, q, rag.ask(q["question"]))) + "\n")
                 out.flush()
 
 

@@ -38,15 +38,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from squad_common import CACHE, ROOT, run_facts
+from squad_common import CACHE, ROOT, answer_row, run_facts
 from tqdm import tqdm
 
 from ragkit.eval.calibration import (
-    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORE_SIGNALS, CORRECT_F1, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins,
+    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORE_SIGNALS, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins,
     rescore_row, score, select_fit,
 )
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.eval.metrics import exact_match, f1_score
 from ragkit.eval.experiments import index_documents, load_squad_corpus
 from ragkit.pipeline.features import Features
 
@@ -90,16 +89,7 @@ def collect(set_name: str, model: str, n: int, seed: int) -> None:
                 if (q["id"], name) in done:
                     continue
                 reset_prompt_cache(generator)
-                r = rag.ask(q["question"])
-                f1 = 0.0 if r.declined else f1_score(r.answer, q["answers"])
-                out.write(json.dumps({
-                    "set": set_name, "model": model, "config": name, "id": q["id"], "question": q["question"], "gold": q["answers"][:3],
-                    "answer": r.answer, "declined": r.declined, "f1": round(f1, 4), "em": 0.0 if r.declined else exact_match(r.answer, q["answers"]),
-                    "correct": f1 >= CORRECT_F1, "gold_in_sources": any(d.id == q["doc_id"] for d in r.sources),
-                    "signals": {k: v for k, v in (r.details.get("confidence") or {}).items() if k in AGENTIC_SIGNALS},
-                    "failed_steps": r.failed_steps, "exit_reason": r.exit_reason, "route": r.route,
-                    "confidence_at_run": r.confidence, "seconds": round(r.seconds, 3), "llm_calls": r.trace.llm_calls,
-                }) + "\n")
+                out.write(json.dumps(answer_row(set_name, model, name, q, rag.ask(q["question"]))) + "\n")
                 out.flush()
 
 

@@ -54,3 +54,22 @@ def run_facts() -> dict:
         "python": platform.python_version(),
         "versions": {d: version(d) for d in ("haystack-ai", "llama_cpp_python", "sentence-transformers", "faiss-cpu", "bm25s", "torch")},
     }
+
+
+def answer_row(set_name: str, model: str, config: str, question: dict, result) -> dict:
+    """One benchmark row for a question's ``AgenticResult``: the answer, its SQuAD scores, whether the
+    gold paragraph was among the sources, and the signals the confidence read (bench/calibration.py
+    and bench/answer_quality.py write the same rows)."""
+    from ragkit.eval.calibration import AGENTIC_SIGNALS, CORRECT_F1
+
+    r, q = result, question
+    f1 = 0.0 if r.declined else f1_score(r.answer, q["answers"])
+    return {
+        "set": set_name, "model": model, "config": config, "id": q["id"], "question": q["question"], "gold": q["answers"][:3],
+        "answer": r.answer, "declined": r.declined, "f1": round(f1, 4), "em": 0.0 if r.declined else exact_match(r.answer, q["answers"]),
+        "correct": f1 >= CORRECT_F1, "gold_in_sources": any(d.id == q["doc_id"] for d in r.sources),
+        "answer_mode": r.answer_mode, "verbatim_span": r.evidence is not None,
+        "signals": {k: v for k, v in (r.details.get("confidence") or {}).items() if k in AGENTIC_SIGNALS},
+        "failed_steps": r.failed_steps, "exit_reason": r.exit_reason, "route": r.route,
+        "confidence_at_run": r.confidence, "seconds": round(r.seconds, 3), "llm_calls": r.trace.llm_calls,
+    }
