@@ -13,7 +13,7 @@ from haystack.dataclasses import ChatMessage
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.span_decoding import SpanMask, Vocabulary, crosses_clause, evidence_for, locate_span, sentence_bounds, snap_to_span
+from ragkit.llm.span_decoding import SpanMask, Vocabulary, answer_type, candidate_starts, crosses_clause, evidence_for, locate_span, sentence_bounds, snap_to_span
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import build_pipeline
 from ragkit.pipeline.trace import RagkitTracer
@@ -122,6 +122,23 @@ def test_where_a_span_sits_and_its_sentence():
     assert evidence_for("Milan [2]", docs)["sentence"] == "Edison was born in Milan, Ohio."
     assert evidence_for("born [2]", docs)["source"] == 2  # the cited source first
     assert evidence_for("Somewhere else", docs) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "kind", "allowed", "refused"),
+    [
+        ("Where was Tesla born?", "place", {"Smiljan", "Serb"}, {"1856", "July", "June", "in"}),
+        ("When was Tesla born?", "time", {"1856", "July"}, {"Smiljan", "Serb"}),
+        ("Who was born in Smiljan?", "name", {"Serb"}, {"1856", "born"}),
+        ("How many days after June was Tesla born?", "number", {"1856", "10", "28"}, {"Smiljan", "July"}),
+    ],
+)
+def test_a_grounded_answer_may_only_start_at_a_word_of_the_questions_answer_type(question, kind, allowed, refused):
+    source = "Tesla was born on 10 July [O.S. 28 June] 1856 into a Serb family in the village of Smiljan. It rained."
+    assert answer_type(question) == kind
+    raw = source.encode()
+    words = {raw[i:].split(b" ")[0].rstrip(b".,[]").decode() for _, i in candidate_starts(question, [source])}
+    assert allowed <= words and not (refused & words), words
 
 
 def test_extract_then_verify_snaps_a_free_reply_to_a_span_or_refuses():

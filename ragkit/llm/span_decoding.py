@@ -238,6 +238,7 @@ _NUMBER_WORDS = frozenset(
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
     "twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion dozen several half".split()
 )
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _MONTHS = frozenset("january february march april may june july august september october november december".split())
 
 
@@ -246,7 +247,7 @@ def _stem(word: str) -> str:
 
 
 def answer_type(question: str) -> str | None:
-    """What kind of span answers ``question``: "number", "time", "name", or None (anything)."""
+    """What kind of span answers ``question``: "number", "time", "name", "place", or None (anything)."""
     q = question.strip().lower()
     if re.match(r"^(how (many|much)|what (number|percentage|percent|amount))\b", q) or re.search(r"\bhow (many|much)\b", q):
         return "number"
@@ -254,6 +255,8 @@ def answer_type(question: str) -> str | None:
         return "time"
     if re.match(r"^(who|whom|whose)\b", q):
         return "name"
+    if re.match(r"^(where|(in |at |from )?(what|which) (city|country|town|village|state|region|place|continent))\b", q):
+        return "place"
     return None
 
 
@@ -265,6 +268,8 @@ def _fits_type(word: bytes, kind: str | None) -> bool:
         return text[0].isdigit() or text.lower() in _NUMBER_WORDS
     if kind == "time":
         return text[0].isdigit() or text.lower() in _MONTHS or text.lower() in _NUMBER_WORDS
+    if kind == "place":  # a proper name that is not a date: "Smiljan", not "July" or "1856"
+        return text[0].isupper() and text.lower() not in _MONTHS and text.lower() not in _WEEKDAYS
     return text[0].isupper()  # a name
 
 
