@@ -4,9 +4,8 @@ Confidence should be the probability that the answer is correct (F1 >= 0.5 again
 ``ragkit.eval.calibration.DEFINITION``). Three steps, each its own sub-command so a stopped run loses
 nothing and the fit can be redone without asking the LLM again:
 
-``collect``  For N seeded questions of a set (``new_wiki``: SQuAD-Shifts, the calibration set;
-             ``squad_dev``: SQuAD v1.1 dev, the scored set), each over an index of *all* of that
-             set's paragraphs, run ``plain`` (``Features()``) and ``full`` (``Features.all_on()``
+``collect``  For N seeded questions of the calibration set (``new_wiki``: SQuAD-Shifts), over an
+             index of *all* its paragraphs, run ``plain`` (``Features()``) and ``full`` (``Features.all_on()``
              with its decline floor off, so the answer under the floor is kept; the floor is applied
              when scoring, exactly as the pipeline applies it) with a cold prompt cache, and append
              one row per question × config to ``bench/results/calibration_rows/SET.MODEL.jsonl``:
@@ -17,13 +16,16 @@ nothing and the fit can be redone without asking the LLM again:
              loss on this set (folds by question), between all signals on their own configuration's
              answers and the core signals (:data:`ragkit.eval.calibration.CORE_SIGNALS`) on both
              configurations' answers; ``lacks_answer`` on both.
-``score``    Recompute every scored row's confidence with the shipped calibration (and the rules:
+``score``    The scored rows are ``bench/answer_quality.py``'s on SQuAD v1.1 dev (``run --set squad_dev``:
+             seed 2026, all 2,067 paragraphs indexed, the same ``plain`` / ``full`` configurations, the
+             same row format), so one run per model serves both reports.
+             Recompute every scored row's confidence with the shipped calibration (and the rules:
              a decline is 0, a failed step is capped under 0.5, full's floor declines) →
              ``bench/results/calibration.json`` (ECE over 10 equal-width bins, ROC AUC, share of ●
              answers correct) and ``calibration.md``.
 
     .venv/bin/python bench/calibration.py collect --set new_wiki --model qwen2.5-coder-0.5b --questions 200
-    .venv/bin/python bench/calibration.py collect --set squad_dev --model qwen2.5-coder-0.5b --questions 200
+    .venv/bin/python bench/answer_quality.py run --set squad_dev --model qwen2.5-coder-0.5b --questions 200
     .venv/bin/python bench/calibration.py fit
     .venv/bin/python bench/calibration.py score
 """
@@ -55,10 +57,14 @@ MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 ROWS = ROOT / "bench" / "results" / "calibration_rows"
 OUT = ROOT / "bench" / "results" / "calibration.json"
 SEED = 7  # not the agentic benchmark's 2026: other questions of the same set
+ANSWER_QUALITY_SEED = 2026
 
 
 def configs() -> dict[str, Features]:
     return {"plain": Features(), "full": replace(Features.all_on(), confidence_floor=0.0)}
+
+
+SCORED_ROWS = "answer_quality_rows/" + SCORE_ON + ".{model}.jsonl"  # relative to bench/results
 
 
 def rows_path(set_name: str, model: str) -> Path:
@@ -145,10 +151,10 @@ def score_all() -> dict:
     calibration = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
     floor = Features.all_on().confidence_floor
     report = {"definition": DEFINITION, "calibrated_on": calibration["calibrated_on"],
-              "scored_on": f"SQuAD v1.1 dev ({SCORE_ON}), questions seeded {SEED}, all 2,067 paragraphs indexed; none used for calibration",
-              "scored_set": SCORE_ON, "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
+              "scored_on": f"SQuAD v1.1 dev ({SCORE_ON}), bench/answer_quality.py's questions (seeded {ANSWER_QUALITY_SEED}), all 2,067 paragraphs indexed; none used for calibration",
+              "scored_set": SCORE_ON, "scored_rows": SCORED_ROWS, "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
     for model in MODELS:
-        rows = read_rows(rows_path(SCORE_ON, model))
+        rows = read_rows(OUT.parent / SCORED_ROWS.format(model=model))
         if model not in calibration["models"] or not rows:
             continue
         entry = {"configs": {}, "reliability": {}}
@@ -192,7 +198,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect")
-    c.add_argument("--set", choices=list(SETS), required=True)
+    c.add_argument("--set", choices=[CALIBRATE_ON], default=CALIBRATE_ON, help="the calibration set (the scored rows come from answer_quality.py)")
     c.add_argument("--model", default=MODELS[0])
     c.add_argument("--questions", type=int, default=200)
     c.add_argument("--seed", type=int, default=SEED)

@@ -12,7 +12,7 @@ import pytest
 
 from ragkit.eval.calibration import (
     AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, answer_signals, expected_calibration_error, fit_model, predict,
-    read_rows, reliability_bins, rescore_row, roc_auc, score,
+    read_rows, reliability_bins, rescore_row, roc_auc, score, scored_rows_path,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,14 +74,9 @@ def test_shipped_calibration_is_what_the_benchmark_fitted(tmp_path):
 def test_committed_calibration_scores_are_reproduced_from_the_rows():
     results = REPO / "bench" / "results" / "calibration.json"
     committed = json.loads(results.read_text())
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import calibration as bench_calibration
-    finally:
-        sys.path.pop(0)
     shipped = json.loads(CALIBRATION_FILE.read_text())
     for model, entry in committed["models"].items():
-        rows = read_rows(bench_calibration.rows_path(bench_calibration.SCORE_ON, model))
+        rows = read_rows(scored_rows_path(REPO / "bench" / "results", committed, model))
         for config, figures in entry["configs"].items():
             floor = committed["full_floor"] if config == "full" else 0.0
             pairs = [rescore_row(r, shipped["models"][model], floor) for r in rows if r["config"] == config]

@@ -295,12 +295,19 @@ def model_calibration(llm: str | None, calibration: dict[str, Any] | None = None
     return f"{first} (borrowed: no calibration for {llm})", models[first]
 
 
+def scored_rows_path(results_dir: str | Path, summary: dict, model: str) -> Path:
+    """Where ``calibration.json``'s scored rows for ``model`` live (``summary["scored_rows"]``, a
+    pattern with ``{model}`` relative to ``results_dir``; older results kept them in ``calibration_rows``)."""
+    pattern = summary.get("scored_rows", f"calibration_rows/{summary.get('scored_set', 'squad_dev')}.{{model}}.jsonl")
+    return Path(results_dir) / pattern.format(model=model)
+
+
 def committed_pairs(results_dir: str | Path, model: str, configs: Sequence[str] = ("plain", "full")) -> dict[str, list[tuple[float, bool]]]:
     """{config: [(confidence, correct), ...]} for a model's scored rows under ``bench/results`` (what the
     README's reliability diagram and notebook 06 draw), rescored with the shipped calibration."""
     results_dir = Path(results_dir)
     summary = json.loads((results_dir / "calibration.json").read_text(encoding="utf-8"))
     models = shipped_calibration()["models"][model]
-    rows = read_rows(results_dir / "calibration_rows" / f"{summary.get('scored_set', 'squad_dev')}.{model}.jsonl")
+    rows = read_rows(scored_rows_path(results_dir, summary, model))
     floors = {"full": summary.get("full_floor", 0.0)}
     return {c: [rescore_row(r, models, floors.get(c, 0.0)) for r in rows if r["config"] == c] for c in configs}
