@@ -8,12 +8,13 @@ every variant answers the same sources from a cold prompt cache (question-major 
 
 * ``free`` — the free-text answer task, citation-first token masked (the old answer mode);
 * ``snap`` — ``free``'s reply kept only if it matches a span of the sources (extract-then-verify);
-* ``span_narrowed`` — span-constrained decoding straight away: spans may not open with a function
-  word ("The", "In", …) and may only start in the three sentences sharing most words with the
-  question, at a word of the question's answer type;
-* ``draft_copy`` — what ``GuardedGenerator(answer_mode="grounded")`` ships: the free answer first,
-  then a follow-up turn that copies it under the same span mask (the draft's words also point at
-  the sentence).
+* ``span_top3`` — span-constrained decoding straight away (the grounded task): spans may not open
+  with a function word ("The", "In", …) and may only start in the three sentences sharing most words
+  with the question, at a word of the question's answer type;
+* ``span_top1`` — what ``GuardedGenerator(answer_mode="grounded")`` ships: the same, in the one
+  best-matching sentence;
+* ``draft_copy`` — the free answer first, then a follow-up turn that copies it under the span mask
+  over the three best sentences, the draft's words counting twice when choosing them.
 
     .venv/bin/python bench/answer_modes_dev.py --model qwen2.5-coder-0.5b --questions 40
 
@@ -33,6 +34,8 @@ from answer_quality import SETS, dev_questions
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
+from haystack.dataclasses import ChatMessage
+
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.config import ModelConfig
 from ragkit.eval.experiments import index_documents, load_squad_corpus
@@ -44,7 +47,8 @@ from ragkit.llm.span_decoding import FUNCTION_WORDS, SpanMask, candidate_starts,
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, call_llm, parse_answer
 
 OUT = ROOT / "bench" / "results" / "answer_modes_dev.json"
-VARIANTS = ("free", "snap", "span_narrowed", "draft_copy")
+VARIANTS = ("free", "snap", "span_top3", "span_top1", "draft_copy")
+COPY_TASK = "Now copy from the sources the shortest exact phrase that is this answer (a few words, as written there)."
 
 
 def main() -> int:
@@ -71,29 +75,35 @@ def main() -> int:
                 snapped = snap_to_span(free_reply or "", texts)
                 answer = snapped[0] if snapped else ""
                 rows[variant].append({"answer": answer, "seconds": rows["free"][-1]["seconds"], "span": snapped is not None})
-            elif variant == "draft_copy":
+            elif variant == "span_top1":
                 reset_prompt_cache(llm)
                 t0 = time.perf_counter()
-                out = shipped.run(messages=context_messages(sources, answer_task(q["question"])), documents=sources, mode="grounded", question=q["question"])
+                out = shipped.run(messages=context_messages(sources, grounded_answer_task(q["question"])), documents=sources, mode="grounded", question=q["question"])
                 answer = "" if out["text"] == NO_ANSWER else strip_citations(out["text"])
                 rows[variant].append({"answer": answer, "seconds": time.perf_counter() - t0, "span": out["evidence"] is not None})
             else:
                 reset_prompt_cache(llm)
-                if variant == "free":
-                    messages = context_messages(sources, answer_task(q["question"]))
-                    kwargs = {"max_tokens": 64, "temperature": 0.0, **answer_constraint(llm)}
-                    parse = parse_answer
-                else:
-                    mask = SpanMask(vocabulary, texts, banned_first_words=FUNCTION_WORDS, starts=candidate_starts(q["question"], texts))
-                    messages = context_messages(sources, grounded_answer_task(q["question"]))
-                    kwargs = {"max_tokens": 32, "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
-                    parse = str.strip
                 t0 = time.perf_counter()
-                reply = call_llm(llm, messages, parse, kwargs, step="answer")
+                free_kwargs = {"max_tokens": 64, "temperature": 0.0, **answer_constraint(llm)}
+                free_messages = context_messages(sources, answer_task(q["question"]))
+                if variant == "free":
+                    reply = call_llm(llm, free_messages, parse_answer, free_kwargs, step="answer")
+                    free_reply = reply.value if reply.ok else ""
+                elif variant == "span_top3":
+                    mask = SpanMask(vocabulary, texts, banned_first_words=FUNCTION_WORDS, starts=candidate_starts(q["question"], texts, sentences=3))
+                    span_kwargs = {"max_tokens": 32, "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
+                    reply = call_llm(llm, context_messages(sources, grounded_answer_task(q["question"])), str.strip, span_kwargs, step="answer")
+                else:  # draft_copy
+                    draft = call_llm(llm, free_messages, parse_answer, {**free_kwargs, "max_tokens": 48}, step="answer")
+                    hint = "" if not draft.ok or draft.value == NO_ANSWER else strip_citations(draft.value)
+                    mask = SpanMask(vocabulary, texts, banned_first_words=FUNCTION_WORDS, starts=candidate_starts(q["question"], texts, sentences=3, hint=hint))
+                    span_kwargs = {"max_tokens": 32, "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
+                    copy_messages = [*free_messages, ChatMessage.from_assistant(draft.text or draft.value or NO_ANSWER), ChatMessage.from_user(COPY_TASK)]
+                    reply = call_llm(llm, copy_messages, str.strip, span_kwargs, step="answer")
                 seconds = time.perf_counter() - t0
                 answer = reply.value if reply.ok else ""
-                if variant == "free":
-                    free_reply = answer
+                if variant != "free":
+                    answer = answer.strip().rstrip(",;:")
                 rows[variant].append({"answer": answer, "seconds": seconds, "span": locate_span(answer, texts) is not None})
             row = rows[variant][-1]
             row.update(id=q["id"], f1=f1_score(row["answer"], q["answers"]), em=exact_match(row["answer"], q["answers"]),

@@ -109,6 +109,14 @@ def answer_quality_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def answer_modes_dev_table(d: dict) -> str:
+    """bench/results/answer_modes_dev.json: the grounded answer's variants on development questions."""
+    lines = ["| variant | n | F1 | EM | verbatim spans | answer call p50 s |", "| --- | --- | --- | --- | --- | --- |"]
+    for variant, r in d["variants"].items():
+        lines.append(f"| {variant} | {r['n']} | {r['f1']:.3f} | {r['em']:.3f} | {r['span_share']:.0%} | {r['answer_p50_s']:.2f} |")
+    return "\n".join(lines) + f"\n\n{d['model']}, {d['set']}: `{d['command']}`"
+
+
 def retrieval_quality_table(d: dict) -> str:
     lines = ["| set | system | MRR@10 | Recall@10 |", "| --- | --- | --- | --- |"]
     for set_name, systems in (d.get("retrieval") or {}).items():
@@ -124,6 +132,8 @@ def tables() -> dict[str, str]:
         data = load(name)
         if data:
             out[name] = fn(data)
+    if load("answer_modes_dev.json"):
+        out["answer_modes_dev.json"] = answer_modes_dev_table(load("answer_modes_dev.json"))
     quality = load("answer_quality.json")
     if quality and quality.get("sets"):
         out["answer_quality.json"] = answer_quality_table(quality)

@@ -116,12 +116,16 @@ class SourcesPromptBuilder(ChatPromptBuilder):
 
 
 def answer_prompt_builder():
-    """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the strict one
-    when ``attempt`` (a self-correction retry) is set. The tasks come from the functions above with the
-    question left as a Jinja variable, so there is one wording. A grounded answer starts from the same
-    prompt (its draft), then copies in a follow-up turn (:mod:`ragkit.components.guarded_generator`);
-    ``mode`` is accepted so the route's choice can reach every answer-side step."""
-    user = SOURCES_TEMPLATE + "\n\n{% if attempt and mode != 'grounded' %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
+    """The answer step's ChatPromptBuilder: the shared sources prefix, then the task — the grounded one
+    when ``mode`` is "grounded" (copy the shortest phrase that answers; the decoding makes it a span,
+    :mod:`ragkit.components.guarded_generator`), else the free one, strict when ``attempt`` (a
+    self-correction retry) is set. The tasks come from the functions above with the question left as a
+    Jinja variable, so there is one wording; the prefix is the same for every task, so llama.cpp's
+    prompt cache serves whichever comes next."""
+    user = (
+        SOURCES_TEMPLATE + "\n\n{% if mode == 'grounded' %}" + grounded_answer_task("{{ question }}")
+        + "{% elif attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}"
+    )
     return SourcesPromptBuilder(
         template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],
         required_variables=["documents", "question"],  # `attempt` arrives only from the correction loop, `mode` only when set
