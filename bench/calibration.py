@@ -65,6 +65,13 @@ def configs() -> dict[str, Features]:
 
 
 SCORED_ROWS = "answer_quality_rows/" + SCORE_ON + ".{model}.jsonl"  # relative to bench/results
+# rows from before grounded answers, still the scored rows of a model whose answer_quality run is not in yet
+FREE_MODE_ROWS = "calibration_rows/" + SCORE_ON + ".{model}.jsonl"
+
+
+def scored_rows(model: str) -> str:
+    """The scored rows' file for ``model`` relative to bench/results: answer_quality.py's, else the free-mode ones."""
+    return SCORED_ROWS if (OUT.parent / SCORED_ROWS.format(model=model)).exists() else FREE_MODE_ROWS
 
 
 def rows_path(set_name: str, model: str) -> Path:
@@ -152,12 +159,14 @@ def score_all() -> dict:
     floor = Features.all_on().confidence_floor
     report = {"definition": DEFINITION, "calibrated_on": calibration["calibrated_on"],
               "scored_on": f"SQuAD v1.1 dev ({SCORE_ON}), bench/answer_quality.py's questions (seeded {ANSWER_QUALITY_SEED}), all 2,067 paragraphs indexed; none used for calibration",
-              "scored_set": SCORE_ON, "scored_rows": SCORED_ROWS, "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
+              "scored_set": SCORE_ON, "command": "python bench/calibration.py score", "full_floor": floor, "models": {}, "run": run_facts()}
     for model in MODELS:
-        rows = read_rows(OUT.parent / SCORED_ROWS.format(model=model))
+        pattern = scored_rows(model)
+        rows = read_rows(OUT.parent / pattern.format(model=model))
         if model not in calibration["models"] or not rows:
             continue
-        entry = {"configs": {}, "reliability": {}}
+        # rows from before grounded answers carry no answer_mode: their answers were all free text
+        entry = {"configs": {}, "reliability": {}, "scored_rows": pattern, "answer_modes": sorted({r.get("answer_mode") or "free" for r in rows})}
         pairs_by_config = {}
         for config in ("plain", "full"):
             models = calibration["models"][model]
@@ -186,11 +195,12 @@ def draw(model: str, pairs_by_config: dict[str, list[tuple[float, bool]]]) -> Pa
 
 
 def markdown_table(report: dict) -> str:
-    lines = ["| model | config | n | ECE | ROC AUC | ● answers correct | ● answers | mean confidence | share correct |", "|" + " --- |" * 9]
+    lines = ["| model | answer modes | config | n | ECE | ROC AUC | ● answers correct | ● answers | mean confidence | share correct |", "|" + " --- |" * 10]
     for model, entry in report["models"].items():
+        modes = " + ".join(entry.get("answer_modes") or ["free"])
         for config, c in entry["configs"].items():
             hs = "n/a" if c["high_share_correct"] is None else f"{c['high_share_correct']:.2f}"
-            lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {config} | {c['n']} | {c['ece']:.3f} | {c['auc']:.3f} | {hs} | {c['high_n']} | {c['mean_confidence']:.2f} | {c['share_correct']:.2f} |")
+            lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {modes} | {config} | {c['n']} | {c['ece']:.3f} | {c['auc']:.3f} | {hs} | {c['high_n']} | {c['mean_confidence']:.2f} | {c['share_correct']:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -296,9 +296,11 @@ def model_calibration(llm: str | None, calibration: dict[str, Any] | None = None
 
 
 def scored_rows_path(results_dir: str | Path, summary: dict, model: str) -> Path:
-    """Where ``calibration.json``'s scored rows for ``model`` live (``summary["scored_rows"]``, a
-    pattern with ``{model}`` relative to ``results_dir``; older results kept them in ``calibration_rows``)."""
-    pattern = summary.get("scored_rows", f"calibration_rows/{summary.get('scored_set', 'squad_dev')}.{{model}}.jsonl")
+    """Where ``calibration.json``'s scored rows for ``model`` live: the model entry's ``scored_rows``,
+    else the report's (a pattern with ``{model}``), relative to ``results_dir``; results from before
+    either kept them in ``calibration_rows``."""
+    pattern = (summary.get("models", {}).get(model, {}).get("scored_rows") or summary.get("scored_rows")
+               or f"calibration_rows/{summary.get('scored_set', 'squad_dev')}.{{model}}.jsonl")
     return Path(results_dir) / pattern.format(model=model)
 
 
