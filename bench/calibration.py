@@ -44,7 +44,7 @@ from squad_common import CACHE, ROOT, answer_row, run_facts
 from tqdm import tqdm
 
 from ragkit.eval.calibration import (
-    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORE_SIGNALS, DEFINITION, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins,
+    AGENTIC_SIGNALS, BASE_SIGNALS, CALIBRATION_FILE, CORE_SIGNALS, DEFINITION, GROUNDED_SIGNALS, RETRIEVAL_SIGNALS, fit_model_cv, read_rows, reliability_bins,
     rescore_row, score, select_fit,
 )
 from ragkit.config import ModelConfig, RagConfig
@@ -120,9 +120,11 @@ def fit() -> dict:
         answered = [r for r in plain + full if r["signals"]]
         # Candidate fits, chosen per model by held-out log loss on this (calibration) set only:
         # all signals on the configuration's own answers, or the core signals on both configurations'.
-        base = {"all signals, plain answers": (plain, BASE_SIGNALS), "core signals, plain + full answers": (answered, CORE_SIGNALS)}
+        base = {"all signals, plain answers": (plain, BASE_SIGNALS), "core signals, plain + full answers": (answered, CORE_SIGNALS),
+                "core + evidence signals, plain + full answers": (answered, GROUNDED_SIGNALS)}
         agentic = {"all signals, full answers": (full, AGENTIC_SIGNALS), "core signals, plain + full answers": (answered, CORE_SIGNALS),
-                   "core + grade + support, full answers": (full, CORE_SIGNALS + ("grade_max", "support"))}
+                   "core + grade + support, full answers": (full, CORE_SIGNALS + ("grade_max", "support")),
+                   "core + evidence + support, full answers": (full, GROUNDED_SIGNALS + ("support",))}
         calibration["models"][model] = {
             "answer": {"base": select_fit(base, [r for r in plain if r["signals"]]), "agentic": select_fit(agentic, [r for r in full if r["signals"]])},
             "lacks_answer": fit_model_cv([r["signals"] for r in everything], [not r["gold_in_sources"] for r in everything], RETRIEVAL_SIGNALS),

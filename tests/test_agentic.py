@@ -64,7 +64,9 @@ def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):
 
 def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
     script = ScriptedLLM()
-    features = Features.all_on(answer_mode="free", router_backend="rules", rerank_backend="bi-encoder")
+    graded = Features().route_policy
+    graded["FACTUAL"].pop("grader")  # the default policy leaves fact lookups ungraded (tested below)
+    features = Features.all_on(answer_mode="free", router_backend="rules", rerank_backend="bi-encoder", route_policy=graded)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.route == "FACTUAL" and result.exit_reason == "supported" and result.corrections == 0
     # FACTUAL: the route policy skips HyDE (BM25 finds named entities); grade + answer + judge
@@ -77,6 +79,9 @@ def test_all_features_stay_within_four_llm_calls(sample_index, fast_config):
         "context_check", "answer_prompt", "answer", "hallucination", "correction_router", "confidence",
     ]
     assert result.trace.step("correction_router").decision["exit_reason"] == "supported"
+    default = ScriptedLLM()
+    make(sample_index, fast_config, Features.all_on(answer_mode="free", router_backend="rules"), default).ask("Where was Nikola Tesla born?")
+    assert default.calls == ["answer", "judge"]  # FACTUAL: the route policy does not grade
 
 
 def test_analytical_route_runs_hyde_and_retrieves_deeper(sample_index, fast_config):

@@ -11,6 +11,8 @@ The probability comes from a logistic regression calibrated per model on held-ou
   repeats the question;
 * retrieval: best dense cosine and BM25 score, their margins over the runner-up, whether dense and
   sparse agree on the first chunk and how much of their top 5 they share;
+* for a grounded answer, its evidence sentence: its score, its margin over the next sentence and how
+  much of the question it covers (``evidence_signals``, from :class:`~ragkit.components.evidence_selector.EvidenceSelector`);
 * when those steps ran: the grader's best grade (0–10) and the judge's support score.
 
 Rules on top of the model:
@@ -113,8 +115,9 @@ class ConfidenceScorer:
         failed_steps: Optional[list[str]] = None,
         answer_ok: Optional[bool] = None,
         answer_tokens: Optional[dict] = None,
+        evidence_signals: Optional[dict] = None,
     ) -> dict[str, Any]:
-        signals = {**(signals or {}), **{k: v for k, v in (answer_tokens or {}).items() if k in TOKEN_SIGNALS}}
+        signals = {**(signals or {}), **(evidence_signals or {}), **{k: v for k, v in (answer_tokens or {}).items() if k in TOKEN_SIGNALS}}
         if grades is None and any("grade" in d.meta for d in documents):
             grades = [d.meta.get("grade") for d in documents]
         if failed_steps is None:

@@ -21,7 +21,7 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
@@ -67,8 +67,8 @@ class DocumentGrader:
         self._embedder = None
         self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
 
-    def warm_up(self) -> None:
-        if self.backend == "embedding" and self._embedder is None:
+    def warm_up(self, backend: str | None = None) -> None:
+        if (backend or self.backend) == "embedding" and self._embedder is None:
             from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
@@ -113,13 +113,22 @@ class DocumentGrader:
         return [float(np.clip(c * 10.0, 0.0, 10.0)) for c in cosines]
 
     @component.output_types(documents=list[Document], grading=dict)
-    def run(self, query: str, documents: list[Document], threshold: float | None = None) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], threshold: float | None = None, backend: Optional[str] = None) -> dict[str, Any]:
+        """``backend``: this question's grader ("embedding" or "off" on a route whose policy caps it
+        there, ``Features.route_policy``), else the configured one. "off" passes every chunk on, ungraded."""
         threshold = self.threshold if threshold is None else threshold
-        grading: dict[str, Any] = {"backend": self.backend, "threshold": threshold}
+        backend = backend or self.backend
+        if backend == "off":
+            record(decision={"kept": len(documents), "graded": "no (the route's policy)"})
+            return {"documents": list(documents), "grading": {"backend": "off", "threshold": threshold, "scores": [], "dropped": []}}
+        if backend not in ("llm", "embedding") or (backend == "llm" and self.generator is None):
+            record(fallback=f"grader: backend {backend!r} unavailable here, graded by {self.backend}")
+            backend = self.backend
+        grading: dict[str, Any] = {"backend": backend, "threshold": threshold}
         if not documents:
             return {"documents": [], "grading": {**grading, "scores": [], "dropped": []}}
-        self.warm_up()
-        if self.backend == "llm":
+        self.warm_up(backend)
+        if backend == "llm":
             scores, error = self._llm_scores(query, documents)
             if scores is None:
                 grading.update(scores=[None] * len(documents), dropped=[], fallback=error)

@@ -13,22 +13,27 @@ Two answer modes (``answer_mode``, or per question through the ``mode`` input, e
 * ``"free"`` — text with citations. With ``answer_format=True`` (the default) on llama.cpp its first
   token may not be a citation mark (:func:`ragkit.llm.structured.answer_constraint`), and on any
   backend a reply that is only citation marks is a fallback too (:func:`ragkit.llm.structured.parse_answer`).
-* ``"grounded"`` — a span copied from ``documents`` followed by its citation, for questions that ask
-  for a fact. On llama.cpp the decoding itself can only copy (:class:`ragkit.llm.span_decoding.SpanMask`);
-  on a backend without logits the reply is generated freely and kept only if it matches a span of
-  the sources (:func:`ragkit.llm.span_decoding.snap_to_span`), else the step declines and says why.
-  With the ``question``, spans may only start in the source sentence sharing most of its words, at a
-  word of its answer type (a number for "how many", a name for "who": :func:`ragkit.llm.span_decoding.candidate_starts`);
-  on 40 development questions (0.5B) that one sentence gave F1 0.48, the best three 0.29, a free draft
-  copied in a second turn 0.28 and free text 0.07 (``bench/answer_modes_dev.py``). One call, as free text.
-  With a ``fallback`` (a self-correction retry) spans starting like the rejected answer are banned,
-  so the retry gives the model's next-best span. ``evidence`` says where the span sits.
+* ``"grounded"`` — a span copied from a source followed by its citation, for questions that ask for
+  a fact. The span comes from the ``evidence`` sentence the evidence step chose
+  (:class:`ragkit.components.evidence_selector.EvidenceSelector`: the sentence covering most of the
+  question's rare terms and closest to it in embedding space); the prompt shows the model only that
+  sentence, under its source's number. On llama.cpp the decoding itself can only copy
+  (:class:`ragkit.llm.span_decoding.SpanMask`), starting at a word of the question's answer type (a
+  number for "how many", a name for "who": :func:`ragkit.llm.span_decoding.candidate_starts`); on a
+  backend without logits the reply is generated freely and kept only if it matches a span of the
+  evidence (:func:`ragkit.llm.span_decoding.snap_to_span`), else the step declines and says why. One
+  call, as for free text, over a prompt a fifth as long. Without evidence (the step used alone) the
+  span may start in the one source sentence sharing most words with the question. With a
+  ``fallback`` (a self-correction retry) spans starting like the rejected answer are banned, so the
+  retry gives the model's next-best span. ``evidence`` in the output says where the span sits in its
+  source.
 
 Usage::
 
     pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256, answer_mode="grounded"))
     pipe.connect("prompt.prompt", "answer.messages")
     pipe.connect("retrieve.documents", "answer.documents")   # -> answer.text, .ok, .tokens, .evidence, .mode
+    pipe.connect("evidence.evidence", "answer.evidence")      # grounded: copy from the evidence sentence
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.eval.metrics import strip_citations
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.span_decoding import SpanMask, candidate_starts, clean_span, locate_span, snap_to_span, vocabulary_for
+from ragkit.llm.span_decoding import Span, SpanMask, candidate_starts, clean_span, locate_span, snap_to_span, vocabulary_for
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, backend_of, call_llm, generator_from_dict, generator_to_dict, parse_answer
 from ragkit.pipeline.trace import record
 
@@ -100,13 +105,16 @@ class GuardedGenerator:
         documents: Optional[list[Document]] = None,
         mode: Optional[str] = None,
         question: Optional[str] = None,
+        evidence: Optional[list[Document]] = None,
     ) -> dict[str, Any]:
+        """``evidence``: the sentences a grounded answer may copy from (:class:`~ragkit.components.evidence_selector.EvidenceSelector`);
+        without them, the whole ``documents``."""
         mode = mode or self.answer_mode
         if mode not in ANSWER_MODES:
             record(fallback=f"{self.step}: unknown answer mode {mode!r}, answered free")
             mode = "free"
         if mode == "grounded" and documents:
-            return self._grounded(messages, documents, fallback, question)
+            return self._grounded(messages, documents, fallback, question, evidence)
         if documents is not None:  # an answer step (the direct answer has no mode to report)
             record(decision={"mode": "free"})
         kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
@@ -118,32 +126,55 @@ class GuardedGenerator:
             return {"text": reply.value, "ok": True, "tokens": tokens, "evidence": None, "mode": "free"}
         return {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "free"}
 
-    def _grounded(self, messages: list[ChatMessage], documents: list[Document], fallback: Optional[str], question: Optional[str]) -> dict[str, Any]:
+    def _grounded(
+        self, messages: list[ChatMessage], documents: list[Document], fallback: Optional[str], question: Optional[str], evidence: Optional[list[Document]],
+    ) -> dict[str, Any]:
         sources = [d.content or "" for d in documents]
+        # what the answer may be copied from: the evidence sentences when the evidence step chose
+        # them (each knows its source's number and offset), else the whole sources
+        pool = [e for e in (evidence or []) if e.content]
+        texts = [e.content for e in pool] if pool else sources
         failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
         if backend_of(self.generator) != "llama.cpp":  # no logits: extract, then verify
             draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0, **answer_constraint(self.generator)}
             draft = call_llm(self.generator, messages, parse_answer, draft_kwargs, step=self.step)
             if not draft.ok:
                 return failed
-            snapped = snap_to_span(draft.value, sources, question or "")
-            return self._span_result(documents, *snapped, "snapped to the sources", draft.tokens) if snapped else self._no_span(draft.value)
+            snapped = snap_to_span(draft.value, texts, question or "")
+            if snapped is None:
+                return self._no_span(draft.value)
+            return self._span_result(documents, *self._in_source(pool, *snapped), "snapped to the sources", draft.tokens)
         from llama_cpp import LogitsProcessorList
 
         self.warm_up()
         banned = [strip_citations(fallback)] if fallback and fallback.strip() != NO_ANSWER else []
-        # the first answer may only start in the one sentence sharing most words with the question; a
-        # retry, whose best span there was rejected, gets the three best sentences
-        starts = candidate_starts(question, sources, sentences=3 if banned else 1) if question else None
-        mask = SpanMask(vocabulary_for(self.generator), sources, banned_prefixes=banned, starts=starts)
+        # without evidence sentences: the one source sentence sharing most words with the question (a
+        # retry, whose best span there was rejected, gets the three best)
+        if question:
+            starts = candidate_starts(question, texts, sentences=len(texts) if pool else (3 if banned else 1))
+        else:
+            starts = None
+        mask = SpanMask(vocabulary_for(self.generator), texts, banned_prefixes=banned, starts=starts)
         kwargs = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
         reply = call_llm(self.generator, messages, _span, kwargs, step=self.step)
         if not reply.ok:
             return failed
-        found = locate_span(reply.value, sources)
+        found = locate_span(reply.value, texts)
         if found is None:
             return self._no_span(reply.value)
-        return self._span_result(documents, sources[found.source - 1][found.start:found.end], found, "copied (constrained decoding)", reply.tokens)
+        span_text = texts[found.source - 1][found.start:found.end]
+        return self._span_result(documents, *self._in_source(pool, span_text, found), "copied (constrained decoding)", reply.tokens)
+
+    @staticmethod
+    def _in_source(pool: list[Document], span_text: str, found: Span) -> tuple[str, Span]:
+        """A span found in an evidence sentence, placed in the source it came from."""
+        if not pool:
+            return span_text, found
+        sentence = pool[found.source - 1]
+        offset = int(sentence.meta.get("offset", 0))
+        return span_text, Span(
+            int(sentence.meta.get("cite", found.source)), offset + found.start, offset + found.end, offset, offset + len(sentence.content or ""),
+        )
 
     def _no_span(self, reply: str) -> dict[str, Any]:
         # declining beats passing on words no source supports (a decline, not a failure: the calls worked)

@@ -141,13 +141,13 @@ class HallucinationDetector:
     def from_dict(cls, data: dict[str, Any]) -> "HallucinationDetector":
         return default_from_dict(cls, generator_from_dict(data))
 
-    def _judge(self, sentences: list[str], documents: list[Document], question: str | None) -> tuple[list[float] | None, str | None]:
+    def _judge(self, sentences: list[str], documents: list[Document], question: str | None, numbers: list[int] | None = None) -> tuple[list[float] | None, str | None]:
         if self._probe is not None:
             check_deadline()
             scores = []
             before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
             for sentence in sentences:
-                messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc)
+                messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc, numbers)
                 probs = self._probe.choice_probs(messages, {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]})
                 scores.append(probs["yes"])
             # one judge step = one call: every sentence is a forward pass over the same cached prefix
@@ -160,16 +160,22 @@ class HallucinationDetector:
             )
             return scores, None
         n = len(sentences)
-        messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc)
+        messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc, numbers)
         kwargs = {**_yes_no_constraint(self.generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
         reply = call_llm(self.generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
         return (reply.value, None) if reply.ok else (None, reply.error)
 
     @component.output_types(score=Optional[float], supported=Optional[bool], hallucination=dict)
-    def run(self, answer: str, documents: list[Document], question: Optional[str] = None) -> dict[str, Any]:
+    def run(self, answer: str, documents: list[Document], question: Optional[str] = None, evidence: Optional[list[Document]] = None) -> dict[str, Any]:
         """``question`` (optional) is shown to the judge: short answers ("1879.") are only checkable
-        against what they answer."""
+        against what they answer. ``evidence``: the sentences a grounded answer was copied from; the
+        judge then reads those, under their sources' numbers — the answer's own prompt, so llama.cpp
+        reuses it and only the judging task is new."""
         info: dict[str, Any] = {"backend": self.backend, "threshold": self.threshold}
+        numbers = None
+        if evidence:
+            documents, numbers = evidence, [int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)]
+            info["judged_against"] = "evidence sentences"
         sentences = split_sentences(answer or "")
         if not sentences or answer.strip() == NO_ANSWER:
             info.update(sentences=[], note="the answer makes no claim")
@@ -184,7 +190,7 @@ class HallucinationDetector:
                 scores = self._hhem.score([(premise, s) for s in sentences])
                 error = None
             else:
-                scores, error = self._judge(sentences, documents, question)
+                scores, error = self._judge(sentences, documents, question, numbers)
         except Exception as exc:  # a judge that breaks must not take the answer down with it
             scores, error = None, llm_error(exc, self.generator)
             record(fallback=f"hallucination: {error}")

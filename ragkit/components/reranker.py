@@ -48,13 +48,13 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.index.sentence_vectors import SentenceVectorCache
+from ragkit.index.sentences import split_sentences
 from ragkit.llm.structured import generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 RerankBackend = Literal["cross-encoder", "llm", "bi-encoder"]
 RERANK_SYSTEM = "You judge whether a passage helps answer a question. Reply yes or no."
 RRF_K = 60
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def fused_order(scores: list[float]) -> list[int]:
@@ -66,9 +66,9 @@ def fused_order(scores: list[float]) -> list[int]:
 
 
 def split_passage(text: str, min_chars: int = 12) -> list[str]:
-    """Sentences of a chunk (the whole chunk if it has none long enough)."""
-    sentences = [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) >= min_chars]
-    return sentences or [text]
+    """Sentences of a chunk (the whole chunk if it has none long enough), cut as the evidence step
+    cuts them (:mod:`ragkit.index.sentences`), so both read one set of cached sentence vectors."""
+    return split_sentences(text, min_chars) or [text]
 
 
 @component

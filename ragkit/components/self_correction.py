@@ -11,7 +11,8 @@ consumes a component's output once, but keeps a sub-pipeline's own inputs for ev
                                                               ↕ correction_count (OutputAdapter)
 
 ``correction_router`` ends the loop with an exit reason — ``supported`` (score ≥ threshold),
-``max_corrections`` (the bound), ``unknown`` (the judge could not score) — or sends ``retry`` with
+``max_corrections`` (the bound), ``unknown`` (the judge could not score), ``unsupported_span`` (a
+grounded span the judge doubts: spans are not rewritten, see :func:`correction_routes`) — or sends ``retry`` with
 the attempt number back to the prompt builder, whose template then switches to the strict task
 ("use only facts stated in the sources; say what they don't cover"), and the previous answer to
 the generator as its fallback. Haystack cannot connect a component to itself, so the attempt
@@ -66,6 +67,11 @@ def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, 
     return [
         {"condition": "{{ score is none }}", **done("unknown")},
         {"condition": f"{{{{ score >= {float(threshold)!r} }}}}", **done("supported")},
+        # a copied span is judged but not rewritten: a retry could only take another span of the same
+        # evidence sentence, and on development questions the 0.5B's retries turned a right span into a
+        # wrong one more often than the reverse (bench/evidence_dev.py); the judge's score still lowers
+        # the confidence
+        {"condition": "{{ mode == 'grounded' }}", **done("unsupported_span")},
         {"condition": f"{{{{ (attempt or 0) >= {int(max_corrections)} }}}}", **done("max_corrections")},
         {"condition": "{{ true }}", "output": ["{{ (attempt or 0) + 1 }}", "{{ answer }}"], "output_name": ["retry", "previous_answer"], "output_type": [int, str]},
     ]
@@ -77,7 +83,7 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     pipe.add_component("answer_prompt", answer_prompt_builder())
     pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
     pipe.add_component("hallucination", detector)
-    pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt"]))
+    pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt", "mode"]))
     pipe.add_component("correction_count", OutputAdapter(template="{{ attempt }}", output_type=int))
     pipe.connect("answer_prompt.prompt", "answer.messages")
     pipe.connect("answer.text", "hallucination.answer")
@@ -96,8 +102,10 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
 # mask and the judge read them), the question, and the answer mode ("grounded" / "free").
 LOOP_INPUTS = {
     "documents": ["answer_prompt.documents", "answer.documents", "hallucination.documents"],
+    # a grounded answer's evidence sentences: the prompt, the span mask and the judge read them
+    "evidence": ["answer_prompt.evidence", "answer.evidence", "hallucination.evidence"],
     "question": ["answer_prompt.question", "answer.question", "hallucination.question"],
-    "mode": ["answer_prompt.mode", "answer.mode"],
+    "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode"],
 }
 
 
@@ -146,12 +154,14 @@ class SelfCorrectingAnswerer:
         return default_from_dict(cls, generator_from_dict(data))
 
     @component.output_types(answer=str, exit_reason=str, corrections=int, support=Optional[float], hallucination=dict)
-    def run(self, question: str, documents: list[Document], mode: Optional[str] = None) -> dict[str, Any]:
-        """``mode``: "grounded" (a span of the sources) or "free" (the default)."""
+    def run(self, question: str, documents: list[Document], mode: Optional[str] = None, evidence: Optional[list[Document]] = None) -> dict[str, Any]:
+        """``mode``: "grounded" (a span of the sources) or "free" (the default); ``evidence``: the sentences
+        a grounded answer copies from (:class:`~ragkit.components.evidence_selector.EvidenceSelector`)."""
         if not documents:
             return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
-        inputs = {"documents": documents, "question": question}
-        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {"documents": documents, "mode": mode or "free", "question": question}, "hallucination": inputs}
+        inputs = {"documents": documents, "question": question, "evidence": evidence or []}
+        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {**inputs, "mode": mode or "free"}, "hallucination": inputs,
+                "correction_router": {"mode": mode or "free"}}
         out = self.pipeline.run(data, include_outputs_from={"hallucination", "correction_count"})
         judged = out.get("hallucination", {})
         return {

@@ -48,6 +48,7 @@ FAILED_STEP_CAP = 0.45  # under ◐: a failed step can only lower confidence
 BASE_SIGNALS = (
     "token_p_mean", "token_p_min", "token_p_first", "answer_words", "lexical_support", "verbatim", "question_overlap",
     "dense_top", "dense_margin", "sparse_top", "sparse_margin", "agree_top1", "overlap_top5",
+    "evidence_score", "evidence_margin", "evidence_coverage",
 )
 AGENTIC_SIGNALS = BASE_SIGNALS + ("grade_max", "support")
 RETRIEVAL_SIGNALS = ("dense_top", "dense_margin", "sparse_top", "sparse_margin", "agree_top1", "overlap_top5")
@@ -145,6 +146,9 @@ def fit_model_cv(rows: Sequence[dict[str, float]], labels: Sequence[bool], featu
 # need far less shrinkage on ~100 calibration rows; whether a fit uses them or all signals, and
 # whether it learns from both configurations' answers, is chosen per model by select_fit.
 CORE_SIGNALS = ("token_p_min", "token_p_first", "lexical_support", "verbatim", "answer_words", "question_overlap")
+# A grounded span is verbatim and fully in its sources by construction, so two of the core signals say
+# nothing about it; what does is how clearly its evidence sentence won (EvidenceSelector's signals).
+GROUNDED_SIGNALS = CORE_SIGNALS + ("evidence_score", "evidence_margin", "evidence_coverage")
 
 
 def select_fit(candidates: dict[str, tuple[Sequence[dict[str, Any]], Sequence[str]]], target: Sequence[dict[str, Any]], folds: int = 5) -> dict[str, Any]:

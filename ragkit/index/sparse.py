@@ -10,7 +10,10 @@ Arrays are written with ``np.save(allow_pickle=False)`` by bm25s itself.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import numpy as np
 
 import bm25s
 import Stemmer
@@ -36,6 +39,7 @@ class BM25sIndex:
         self._stemmer = Stemmer.Stemmer(language) if language else None
         self._ids: list[str] = []
         self._model: bm25s.BM25 | None = None
+        self._df: np.ndarray | None = None  # documents per term, read off the model when first asked
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -54,11 +58,11 @@ class BM25sIndex:
             raise ValueError("ids and texts must have the same length")
         self._ids = list(ids)
         if not ids:
-            self._model = None
+            self._model, self._df = None, None
             return
         model = bm25s.BM25(k1=self.k1, b=self.b)
         model.index(self._tokenize(texts), show_progress=False)
-        self._model = model
+        self._model, self._df = model, None
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` best chunks for ``query`` with a positive BM25 score, best first."""
@@ -73,6 +77,22 @@ class BM25sIndex:
         k = min(top_k, len(self._ids))
         rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per query
         return [(self._ids[int(r)], float(s)) for r, s in zip(rows[0], scores[0]) if s > 0]
+
+    def term_weights(self, text: str) -> dict[str, float]:
+        """The inverse document frequency of each of ``text``'s terms (stemmed, stopwords dropped) that
+        the index knows: ``log((N + 1) / (df + 0.5))``, read from bm25s's term columns. Terms the
+        corpus never saw are left out (they can match nothing)."""
+        if self._model is None or not self._ids:
+            return {}
+        vocab = self._model.vocab_dict
+        if self._df is None:
+            self._df = np.diff(np.asarray(self._model.scores["indptr"]))
+        n = len(self._ids)
+        return {t: math.log((n + 1) / (int(self._df[vocab[t]]) + 0.5)) for t in self._tokenize([text])[0] if t in vocab and t}
+
+    def terms(self, texts: list[str]) -> list[set[str]]:
+        """Each text's terms as this index tokenizes them."""
+        return [set(tokens) for tokens in self._tokenize(texts)] if texts else []
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:

@@ -227,6 +227,15 @@ class RagIndex:
         self._refresh_sparse()
         return [replace(self.chunks[cid], score=score) for cid, score in self._sparse.search(query, top_k)]
 
+    def term_weights(self, text: str) -> dict[str, float]:
+        """IDF of ``text``'s terms in this index (:meth:`BM25sIndex.term_weights`)."""
+        self._refresh_sparse()
+        return self._sparse.term_weights(text)
+
+    def terms(self, texts: list[str]) -> list[set[str]]:
+        """Each text's terms as the index's BM25 tokenizes them (stemmed, stopwords dropped)."""
+        return self._sparse.terms(texts)
+
     def _refresh_sparse(self) -> None:
         if self._sparse_stale:
             ids = list(self.chunks)

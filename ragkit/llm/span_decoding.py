@@ -44,6 +44,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ragkit.index.sentences import sentence_bounds, sentence_ends
+
 # Words a span may not start with: the model's pull is to copy a sentence from its start ("The …",
 # "In …"), and an answer to a factual question is a name, number or noun phrase, which SQuAD's own
 # scoring takes without its leading article anyway.
@@ -324,32 +326,6 @@ class Span:
 
     def to_dict(self) -> dict[str, int]:
         return {"source": self.source, "start": self.start, "end": self.end, "sentence_start": self.sentence_start, "sentence_end": self.sentence_end}
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z\"'(\[])|\n+")
-# "[O.S. 28 June]", "U.S. Army", "Dr. Smith": a period that ends an abbreviation, not a sentence
-_ABBREVIATION = re.compile(r"(\b[A-Za-z]\.([A-Za-z]\.)*|\b(Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Gen|Col|Lt|vs|etc|No|Vol|pp|ca|approx)\.)$")
-
-
-def sentence_ends(text: str) -> list[tuple[int, int]]:
-    """(end of a sentence, start of the next) for each sentence boundary of ``text``."""
-    out = []
-    for m in _SENTENCE_END.finditer(text):
-        if m.group(0).startswith("\n") or not _ABBREVIATION.search(text[max(0, m.start() - 12):m.start()]):
-            out.append((m.start(), m.end()))
-    return out
-
-
-def sentence_bounds(text: str, start: int, end: int) -> tuple[int, int]:
-    """The sentence (or line) of ``text`` around ``[start, end)``."""
-    left, right = 0, len(text)
-    for m_start, m_end in sentence_ends(text):
-        if m_end <= start:
-            left = m_end
-        elif m_start >= end:
-            right = m_start
-            break
-    return left, right
 
 
 def clean_span(text: str) -> str:

@@ -17,14 +17,21 @@ import yaml
 
 from ragkit.config import reject_unknown_keys
 
-# Per route: retrieve at all, how many chunks reach the LLM, whether HyDE runs (when on), and how the
-# answer is written: "grounded" (a span copied from a source, for a fact) or "free" (text with citations).
+# Per route: retrieve at all, how many chunks reach the LLM, whether HyDE runs (when on), how the
+# answer is written: "grounded" (a span copied from a source, for a fact) or "free" (text with citations),
+# and (when grading is on) how chunks are graded: "embedding" caps a route at the no-LLM grader, "off"
+# leaves its chunks ungraded.
 # HyDE pays off when a question's words are not the documents' words (analytical, comparative,
 # summary questions); a factual lookup names its entity, which BM25 already finds, so there HyDE
 # would only add an LLM call (bench/results/agentic_squad.json, "hyde" row).
 DEFAULT_ROUTE_POLICY: dict[str, dict[str, Any]] = {
     "SIMPLE": {"retrieve": False, "top_k": 0, "hyde": False},  # answer from the model's own knowledge
-    "FACTUAL": {"retrieve": True, "top_k": 3, "hyde": False, "answer": "grounded"},
+    # A grounded answer reads one evidence sentence (~1 s with the 0.5B), chosen by the evidence step
+    # from every sentence of the chunks. Grading the chunks first only removes candidates: the 0.5B's
+    # LLM grades (an extra ~4 s over the whole chunks) dropped the answer's paragraph from a quarter of
+    # the development questions and did not pick the sentence better than the evidence step; embedding
+    # grades took F1 0.543 -> 0.485 on 120 of them (bench/evidence_dev.py). Fact lookups are not graded.
+    "FACTUAL": {"retrieve": True, "top_k": 3, "hyde": False, "answer": "grounded", "grader": "off"},
     "ANALYTICAL": {"retrieve": True, "top_k": 5, "hyde": True, "answer": "free"},  # deeper; a why/how needs sentences
     "COMPARISON": {"retrieve": True, "top_k": 5, "hyde": True, "answer": "free"},  # deeper: both sides must be in the context
     "SUMMARY": {"retrieve": True, "top_k": 6, "hyde": True, "answer": "free"},  # broader
@@ -93,6 +100,8 @@ class Features:
         for route, policy in self.route_policy.items():
             if policy.get("answer", "free") not in ("grounded", "free"):
                 raise ValueError(f"route_policy[{route!r}]['answer'] must be 'grounded' or 'free', not {policy.get('answer')!r}")
+            if policy.get("grader") not in (None, "off", *CHOICES["grader_backend"]):
+                raise ValueError(f"route_policy[{route!r}]['grader'] must be 'off' or one of {CHOICES['grader_backend']}, not {policy.get('grader')!r}")
         if self.self_correction and not self.hallucination_check:
             raise ValueError("self_correction needs hallucination_check: the loop acts on its score")
         if self.rerank and self.rerank_backend == "cross-encoder" and not self.rerank_model:
@@ -111,6 +120,14 @@ class Features:
         if route is None:
             return "grounded"
         return (self.route_policy.get(route) or {}).get("answer", "free")
+
+    def grader_for(self, route: str | None) -> str:
+        """The grader for a question on ``route``: "off" or the no-LLM "embedding" when the route's
+        policy caps it there, else ``grader_backend``."""
+        capped = (self.route_policy.get(route) or {}).get("grader") if route else None
+        if capped == "off":
+            return "off"
+        return "embedding" if "embedding" in (capped, self.grader_backend) else self.grader_backend
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

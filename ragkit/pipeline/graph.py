@@ -53,6 +53,7 @@ from haystack.dataclasses import ChatMessage
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
+from ragkit.components.evidence_selector import EvidenceSelector
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.components.hyde import HyDEEmbedder
@@ -79,7 +80,7 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -92,11 +93,20 @@ def policy_routes(features: Features) -> list[dict[str, Any]]:
         branch = "hyde_query" if features.hyde and policy.get("hyde", True) and features.retrieval_mode != "sparse" else "search_query"
         top_k = int(policy.get("top_k") or features.top_k)
         mode = features.answer_mode_for(name)
-        routes.append({"condition": condition, "output": ["{{ query }}", str(top_k), mode], "output_name": [branch, "top_k", "answer_mode"], "output_type": [str, int, str]})
+        routes.append(_retrieving_route(features, condition, branch, top_k, mode, features.grader_for(name)))
     # a route the policy does not know (a custom router): retrieve as plain RAG would
     fallback_mode = features.answer_mode if features.answer_mode != "auto" else "free"
-    routes.append({"condition": "{{ true }}", "output": ["{{ query }}", str(features.top_k), fallback_mode], "output_name": ["search_query", "top_k", "answer_mode"], "output_type": [str, int, str]})
+    routes.append(_retrieving_route(features, "{{ true }}", "search_query", features.top_k, fallback_mode, features.grader_backend))
     return routes
+
+
+def _retrieving_route(features: Features, condition: str, branch: str, top_k: int, mode: str, grader: str) -> dict[str, Any]:
+    route = {"condition": condition, "output": ["{{ query }}", str(top_k), mode], "output_name": [branch, "top_k", "answer_mode"], "output_type": [str, int, str]}
+    if features.grading:  # the route's grader (a policy may cap a route at the no-LLM one)
+        route["output"].append(grader)
+        route["output_name"].append("grader_backend")
+        route["output_type"].append(str)
+    return route
 
 
 def selector_policy(features: Features) -> dict[str, str]:
@@ -202,6 +212,8 @@ def build_pipeline(
         pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
         pipe.connect(last, "grade.documents")
         inputs["question"].append("grade.query")
+        if f.routing:
+            pipe.connect("route_policy.grader_backend", "grade.backend")
         last = "grade.documents"
     pipe.add_component("context_check", ConditionalRouter(routes=context_routes()))
     pipe.connect(last, "context_check.documents")
@@ -210,6 +222,13 @@ def build_pipeline(
     pipe.add_component("confidence", ConfidenceScorer(floor=f.confidence_floor, model=models.llm))
     pipe.connect("retrieve.signals", "confidence.signals")
     pipe.connect("context_check.context", "confidence.documents")
+    # a grounded answer copies from one evidence sentence, chosen without an LLM (EvidenceSelector)
+    grounded = f.answer_mode != "free"
+    if grounded:
+        pipe.add_component("evidence", EvidenceSelector(index=index, index_path=index_path, embedder=embedder))
+        pipe.connect("context_check.context", "evidence.documents")
+        pipe.connect("evidence.signals", "confidence.evidence_signals")
+        inputs["question"].append("evidence.question")
     if f.hallucination_check:
         detector = HallucinationDetector(
             backend=f.hallucination_backend, generator=generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
@@ -219,6 +238,8 @@ def build_pipeline(
         pipe.connect("context_check.context", "self_correction.documents")
         inputs["question"].append("self_correction.question")
         mode_sockets = ["self_correction.mode"]
+        if grounded:
+            pipe.connect("evidence.evidence", "self_correction.evidence")
         for socket in ("answer", "support", "answer_ok", "answer_tokens"):
             pipe.connect(f"self_correction.{socket}", f"confidence.{socket}")
     else:
@@ -229,11 +250,16 @@ def build_pipeline(
         pipe.connect("answer_prompt.prompt", "answer.messages")
         inputs["question"] += ["answer_prompt.question", "answer.question"]
         mode_sockets = ["answer_prompt.mode", "answer.mode"]
+        if grounded:
+            pipe.connect("evidence.evidence", "answer_prompt.evidence")
+            pipe.connect("evidence.evidence", "answer.evidence")
         pipe.connect("answer.text", "confidence.answer")
         pipe.connect("answer.ok", "confidence.answer_ok")
         pipe.connect("answer.tokens", "confidence.answer_tokens")
 
     # -- how the answer is written: the route's policy, the rules read of the question, or fixed ----
+    if grounded:
+        mode_sockets.append("evidence.mode")
     if f.routing:
         for socket in mode_sockets:
             pipe.connect("route_policy.answer_mode", socket)

@@ -92,13 +92,15 @@ def test_an_obedient_model_is_steered_only_without_the_guard(tmp_path, fast_conf
     (tmp_path / "docs" / "genuine.md").write_text(case.genuine, encoding="utf-8")
     (tmp_path / "docs" / "attack.md").write_text(case.attack, encoding="utf-8")
     build_index(tmp_path / "docs", tmp_path / "index", fast_config, progress=False)
-    features = replace(Features(grading=True), injection_guard=guard)
+    # free answers read every source, so an obedient model is steered by whatever the guard lets through
+    # (a grounded answer copies from one evidence sentence, which narrows the attack further)
+    features = replace(Features(grading=True, answer_mode="free"), injection_guard=guard)
     result = AgenticRAG(features, index_dir=tmp_path / "index", config=fast_config, generator=MockChatGenerator(response_fn=ObedientLLM())).ask(case.question)
     if guard:
         assert "PWNED" not in result.answer and "Lithium" in result.answer
         assert [q["source"] for q in result.details["quarantined"]] == ["attack.md"]
     else:  # the mock really obeys: without the guard the attack wins (so the test above can fail)
-        assert "PWNED" in result.answer  # (grounded: "PWNED [1]", a span of the attack document)
+        assert "PWNED" in result.answer
 
 
 @pytest.mark.llm
