@@ -3,13 +3,14 @@
 A grounded answer is a span copied from one *evidence sentence* (:class:`ragkit.components.evidence_selector.EvidenceSelector`).
 Which sentence is the choice that decides most answers, so this script measures, on SQuAD-Shifts
 new_wiki development questions (``answer_quality.dev_questions``: never the calibration questions,
-never the ones ``answer_quality.py`` reports), over an index of all new_wiki paragraphs, hybrid top 3:
+never the ones ``answer_quality.py`` reports), over an index of all new_wiki paragraphs, hybrid top ``Features().top_k`` (5):
 
 ``sentences``  (no LLM) how often the chosen sentence holds a gold answer, per way of choosing it:
                ``overlap`` (the sentence sharing most question words, what shipped before),
                ``idf`` (IDF-weighted share of the question's terms, the index's BM25 statistics),
-               ``cosine`` (embedder cosine), ``idf+cosine`` (what ships), and ``any`` (some sentence of
-               the three sources holds it: the ceiling).
+               ``cosine`` (embedder cosine), ``idf+cosine``, ``idf+cosine+type`` (what ships: plus
+               0.2 for holding the kind of thing asked for), and ``any`` (some sentence of the
+               sources holds it: the ceiling).
 ``model``      (``--model``) whether the LLM chooses better among the three best sentences: its
                first-token preference under the span mask (``first_token``), its 0–10 grades of
                them in one grading call (``grades``) — each alone and added to ``idf+cosine``.
@@ -42,9 +43,11 @@ from ragkit.eval.experiments import index_documents, load_squad_corpus
 from ragkit.eval.metrics import exact_match, f1_score, normalize_answer
 from ragkit.index.retrieval import HybridRetriever
 from ragkit.llm.span_decoding import _STOP, _WORD, _stem
+from ragkit.pipeline.features import Features
 
 OUT = ROOT / "bench" / "results" / "evidence_dev.json"
-WAYS = ("overlap", "idf", "cosine", "idf+cosine")
+WAYS = ("overlap", "idf", "cosine", "idf+cosine", "idf+cosine+type")
+TOP_K = Features().top_k  # the sources a grounded answer's sentences come from
 
 
 def holds_gold(text: str, answers: list[str]) -> bool:
@@ -59,7 +62,7 @@ def ranked_candidates(selector: EvidenceSelector, question: str, sources) -> lis
     for e in selector.rank(question, sources):
         words = {_stem(w) for w in _WORD.findall(e.content)}
         out.append({"text": e.content, "cite": e.meta["cite"], "offset": e.meta["offset"], "overlap": len(asked & words), "idf": e.meta["coverage"],
-                    "cosine": e.meta["cosine"], "idf+cosine": e.meta["evidence_score"]})
+                    "cosine": e.meta["cosine"], "idf+cosine": e.meta["coverage"] + e.meta["cosine"], "idf+cosine+type": e.meta["evidence_score"]})
     # in the sources' order, so a tie goes to the earlier sentence (as the overlap rule always did)
     return sorted(out, key=lambda c: (c["cite"], c["offset"]))
 
@@ -72,7 +75,7 @@ def sentence_table(questions, retriever, selector) -> tuple[dict, list]:
     hits = {w: 0 for w in (*WAYS, "any")}
     kept = []
     for q in tqdm(questions, desc="sentences", file=sys.stderr, mininterval=10):
-        sources = retriever.retrieve(q["question"], top_k=3).documents
+        sources = retriever.retrieve(q["question"], top_k=TOP_K).documents
         cands = ranked_candidates(selector, q["question"], sources)
         if not cands:
             continue
@@ -178,7 +181,7 @@ def main() -> int:
     table, kept = sentence_table(dev_questions(questions)[: args.questions], HybridRetriever(index), selector)
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data["sentences"] = table
-    data["set"] = "new_wiki dev questions (answer_quality.dev_questions), hybrid top 3 over all new_wiki paragraphs"
+    data["set"] = f"new_wiki dev questions (answer_quality.dev_questions), hybrid top {TOP_K} over all new_wiki paragraphs"
     print(json.dumps(table))
     if args.model:
         entry = data.setdefault("models", {}).setdefault(args.model, {})

@@ -122,7 +122,7 @@ def test_failing_steps_degrade_instead_of_crashing(sample_index, fast_config):
     features = Features(answer_mode="free", grading=True)
     result = make(sample_index, fast_config, features, script).ask("Where was Nikola Tesla born?")
     assert result.answer == NO_ANSWER
-    assert len(result.sources) == 3  # grading failed: every chunk kept
+    assert len(result.sources) == features.top_k  # grading failed: every chunk kept
     assert any("grader: llm_error" in f for f in result.trace.fallbacks)
     assert any("answer: llm_error" in f for f in result.trace.fallbacks)
 

@@ -4,7 +4,9 @@ Why not Haystack's ``DocumentSplitter(split_by="token")``: it counts tiktoken to
 downloads its encoding files at run time (no network here), and an OpenAI token count says nothing
 about the 256-word-piece window of all-MiniLM-L6-v2, past which the embedder silently truncates.
 This splitter counts with the embedding model's own tokenizer (local files), packs whole sentences
-up to ``chunk_tokens``, carries ``overlap_tokens`` worth of trailing sentences into the next chunk,
+up to ``chunk_tokens`` (a period after an abbreviation — "[O.S. 28 June]", "U.S. Army" — ends no
+sentence, by the rule of :mod:`ragkit.index.sentences`: a chunk that starts mid-sentence loses the
+words that say what its first sentence is about), carries ``overlap_tokens`` worth of trailing sentences into the next chunk,
 and cuts a sentence longer than a chunk at token boundaries. Besides the token bound every chunk
 has a character bound (``max_chunk_chars``): one unknown-word token can span megabytes (a 5 MB
 "word" is a single ``[UNK]``), and such a piece is cut at the bound.
@@ -30,6 +32,8 @@ import re
 from typing import Any, Iterable, Iterator
 
 from haystack import Document, component, default_from_dict, default_to_dict
+
+from ragkit.index.sentences import ends_abbreviation
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=#)|\f")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -91,6 +95,8 @@ class TokenChunker:
         """Sentence-ish spans (start, end) covering the non-blank text, none longer than _UNIT_CHARS."""
         start = 0
         for match in _SENTENCE_END.finditer(text):
+            if text[match.start() - 1] == "." and ends_abbreviation(text, match.start()):
+                continue  # "[O.S. 28 June] 1856": a chunk must not start inside a sentence
             yield from _cut_long(text, start, match.start())
             start = match.end()
         yield from _cut_long(text, start, len(text))

@@ -18,11 +18,16 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z\"'(\[])|\n+")
 _ABBREVIATION = re.compile(r"(\b[A-Za-z]\.([A-Za-z]\.)*|\b(Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Gen|Col|Lt|vs|etc|No|Vol|pp|ca|approx)\.)$")
 
 
+def ends_abbreviation(text: str, period_end: int) -> bool:
+    """Whether the period just before ``period_end`` closes an abbreviation ("[O.S.", "U.S.", "Dr.")."""
+    return bool(_ABBREVIATION.search(text[max(0, period_end - 12):period_end]))
+
+
 def sentence_ends(text: str) -> list[tuple[int, int]]:
     """(end of a sentence, start of the next) for each sentence boundary of ``text``."""
     out = []
     for m in _SENTENCE_END.finditer(text):
-        if m.group(0).startswith("\n") or not _ABBREVIATION.search(text[max(0, m.start() - 12):m.start()]):
+        if m.group(0).startswith("\n") or not ends_abbreviation(text, m.start()):
             out.append((m.start(), m.end()))
     return out
 
