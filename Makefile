@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml Makefile
 
 demo: install
 	$(BIN)/ragkit index sample_docs
-	$(BIN)/ragkit ask "$(QUESTION)"
+	$(BIN)/ragkit ask "$(QUESTION)" --decompose
 
 test: install $(CHROMIUM)
 	$(BIN)/python -m pytest

@@ -117,6 +117,29 @@ def answer_modes_dev_table(d: dict) -> str:
     return "\n".join(lines) + f"\n\n{d['model']}, {d['set']}: `{d['command']}`"
 
 
+def evidence_dev_table(d: dict) -> str:
+    """bench/results/evidence_dev.json: how often each way of choosing the evidence sentence holds a gold answer."""
+    t = d["sentences"]
+    ways = [w for w in ("overlap", "idf", "cosine", "idf+cosine", "idf+cosine+type", "any") if w in t]
+    lines = ["| " + " | ".join(["n", *ways]) + " |", "| " + " | ".join(["---"] * (len(ways) + 1)) + " |",
+             "| " + " | ".join([str(t["n"]), *(f"{t[w]:.3f}" for w in ways)]) + " |"]
+    return "\n".join(lines) + f"\n\n{d['set']}: `python bench/evidence_dev.py`"
+
+
+def planning_table(d: dict) -> str:
+    """bench/results/planning.json: two-part questions, plain against decompose."""
+    lines = ["| model | config | n | parts answered | both parts answered | part F1 | split in two | LLM calls/q | p50 s | vs plain: parts / p50 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for model, s in d["two_part"].items():
+        for config in ("plain", "decompose"):
+            r = s[config]
+            ratio = f"{s['decompose_over_plain_parts']:.2f}× / {s['decompose_over_plain_p50']:.2f}×" if config == "decompose" else ""
+            lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['parts_answered']:.0%} | {r['both_answered']:.0%} | {r['part_f1']:.3f} | "
+                         f"{r['split']:.0%} | {r['llm_calls']:.2f} | {r['p50_s']:.2f} | {ratio} |")
+    commands = ", ".join(f"`{c}`" for c in d.get("commands", {}).values())
+    return "\n".join(lines) + f"\n\n{d['set']}; LLM-call budget violations: {d['budget_violations']}: " + commands
+
+
 def retrieval_quality_table(d: dict) -> str:
     lines = ["| set | system | MRR@10 | Recall@10 |", "| --- | --- | --- | --- |"]
     for set_name, systems in (d.get("retrieval") or {}).items():
@@ -134,6 +157,10 @@ def tables() -> dict[str, str]:
             out[name] = fn(data)
     if load("answer_modes_dev.json"):
         out["answer_modes_dev.json"] = answer_modes_dev_table(load("answer_modes_dev.json"))
+    if load("planning.json"):
+        out["planning.json"] = planning_table(load("planning.json"))
+    if load("evidence_dev.json"):
+        out["evidence_dev.json"] = evidence_dev_table(load("evidence_dev.json"))
     quality = load("answer_quality.json")
     if quality and quality.get("sets"):
         out["answer_quality.json"] = answer_quality_table(quality)

@@ -13,6 +13,8 @@ _COMPONENTS = {
     "GuardedGenerator": "ragkit.components.guarded_generator",
     "HybridScoreJoiner": "ragkit.components.score_fusion",
     "IndexRetriever": "ragkit.components.index_retriever",
+    "PerPartAnswerer": "ragkit.components.per_part",
+    "QueryDecomposer": "ragkit.components.query_decomposer",
     "TokenChunker": "ragkit.components.token_chunker",
 }
 __all__ = list(_COMPONENTS)

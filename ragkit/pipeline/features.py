@@ -1,6 +1,6 @@
 """``Features``: every agentic toggle and threshold in one dataclass, loadable from YAML.
 
-``Features()`` is plain RAG (hybrid retrieval, top 3, answer). Each toggle adds one step; the
+``Features()`` is plain RAG (hybrid retrieval, top 5, answer). Each toggle adds one step; the
 notebook widgets and the benchmark flip exactly these fields, so "what does grading do?" is
 ``replace(features, grading=True)``.
 """
@@ -52,6 +52,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "grader_backend": ("llm", "embedding"),
     "hallucination_backend": ("llm_judge", "hhem"),
     "answer_mode": ("auto", "grounded", "free"),
+    "decomposer_backend": ("rules", "llm", "auto"),
 }
 
 
@@ -89,11 +90,18 @@ class Features:
     self_correction: bool = False
     max_corrections: int = 1
     confidence_floor: float = 0.0  # 0: never decline
+    # Planning: split a question that asks several things ("Where was Tesla born, and what did he
+    # study?") and answer each part with everything above (components/query_decomposer.py, per_part.py)
+    decompose: bool = False
+    decomposer_backend: str = "rules"  # rules (microseconds) | llm (one grammar-constrained call) | auto (llm only when the rules see a join)
+    max_parts: int = 3
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if not 2 <= self.max_parts <= 6:
+            raise ValueError("max_parts must be between 2 and 6")
         if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:
             raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
         if not 0 <= self.confidence_floor <= 1 or not (self.support_threshold is None or 0 <= self.support_threshold <= 1):

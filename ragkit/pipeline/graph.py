@@ -42,6 +42,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from haystack import Document, Pipeline
@@ -54,6 +55,8 @@ from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.evidence_selector import EvidenceSelector
+from ragkit.components.per_part import PerPartAnswerer
+from ragkit.components.query_decomposer import QueryDecomposer
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector, support_threshold_for
 from ragkit.components.hyde import HyDEEmbedder
@@ -80,7 +83,7 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"decompose", "per_part", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -140,6 +143,8 @@ def build_pipeline(
     """The graph for ``features``; ``generator`` is shared by every LLM step (one model, one prompt cache)."""
     f = features.validate()
     config = config or RagConfig()
+    if f.decompose:
+        return build_planning_pipeline(f, generator, index, index_path, config)
     models = config.models
     embedder = models.embedder
     needs_embedding = f.retrieval_mode != "sparse"
@@ -288,10 +293,28 @@ def build_pipeline(
     return pipe
 
 
+def build_planning_pipeline(f: Features, generator: Any, index: RagIndex | None, index_path: str | None, config: RagConfig) -> Pipeline:
+    """decompose -> per_part: the question's parts, each answered by the graph of ``f`` without planning."""
+    inner_features = replace(f, decompose=False)
+    inner = build_pipeline(inner_features, generator, index=index, index_path=index_path, config=config)
+    pipe = Pipeline(max_runs_per_component=1)
+    pipe.add_component("decompose", QueryDecomposer(backend=f.decomposer_backend, generator=generator if f.decomposer_backend != "rules" else None, max_parts=f.max_parts))
+    pipe.add_component("per_part", PerPartAnswerer(pipeline=inner, features=inner_features.to_dict()))
+    pipe.connect("decompose.parts", "per_part.parts")
+    pipe.connect("decompose.kind", "per_part.kind")
+    pipe.metadata["ragkit"] = {
+        **inner.metadata["ragkit"],
+        "inputs": {"question": ["decompose.query", "per_part.question"], "top_k": [], "answer_mode": []},
+        "support_threshold": None,  # the inner graph gets its own
+        "features": f.to_dict(),
+    }
+    return pipe
+
+
 def graph_inputs(pipe: Pipeline, question: str) -> dict[str, dict[str, Any]]:
     """``Pipeline.run`` data for ``question``: every socket the graph leaves for the caller."""
     meta = pipe.metadata.get("ragkit") or {}
-    values = {"question": question, "top_k": meta.get("top_k", 3), "answer_mode": meta.get("answer_mode", "free")}
+    values = {"question": question, "top_k": meta.get("top_k", Features().top_k), "answer_mode": meta.get("answer_mode", "free")}
     data: dict[str, dict[str, Any]] = {}
     for name, sockets in (meta.get("inputs") or {}).items():
         for socket in sockets:
@@ -313,7 +336,7 @@ class DrawingOnlyLLM:
 
 
 def features_label(features: Features) -> str:
-    on = [name for name in ("routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
+    on = [name for name in ("decompose", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
     return "plain RAG" if not on else " + ".join(on)
 
 

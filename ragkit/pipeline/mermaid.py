@@ -7,7 +7,8 @@ text builder is private and labels every node with HTML lists of optional inputs
 notebook at laptop width; this writes a compact flowchart from the pipeline's own graph instead:
 one node per component (name and type), one arrow per pair of connected steps labelled with its sockets
 (``sender → receiver``), dashed where every receiving socket is optional (a branch or a loop edge);
-a ``SuperComponent`` (the self-correction loop) is drawn as a subgraph of its own pipeline.
+a ``SuperComponent`` (the self-correction loop) and the planning step's ``PerPartAnswerer`` are
+drawn as subgraphs of their own pipelines.
 
 Usage::
 
@@ -32,6 +33,8 @@ ROLE_STYLE = {
 # The loop's steps stacked top to bottom: side by side they made the all-on graph so wide that
 # JupyterLab scaled it to unreadable text at laptop width (screenshots, 1280 px).
 SUBGRAPH_DIRECTION = "TB"
+# components that hold a pipeline of their own, drawn as a subgraph with what they do with it
+SUBGRAPH_TYPES = {"SuperComponent": "SuperComponent", "PerPartAnswerer": "PerPartAnswerer: once for each part"}
 LLM_STEPS = {"answer", "direct_answer", "hyde", "grade", "hallucination"}
 
 
@@ -60,9 +63,9 @@ def _body(pipeline: Pipeline, prefix: str, lines: list[str], roles: dict[str, li
         instance = data["instance"]
         type_name = type(instance).__name__
         node = _node_id(prefix + name)
-        inner = getattr(instance, "pipeline", None) if type_name == "SuperComponent" else None
+        inner = getattr(instance, "pipeline", None) if type_name in SUBGRAPH_TYPES else None
         if isinstance(inner, Pipeline):
-            lines.append(f'{indent}subgraph {node}["{_label(name)} (SuperComponent)"]')
+            lines.append(f'{indent}subgraph {node}["{_label(name)} ({SUBGRAPH_TYPES[type_name]})"]')
             lines.append(f"{indent}    direction {SUBGRAPH_DIRECTION}")
             _body(inner, prefix + name + "__", lines, roles, indent + "    ")
             lines.append(f"{indent}end")

@@ -61,6 +61,8 @@ class AgenticResult:
 
 
 def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, features: Any) -> AgenticResult:
+    if "per_part" in out:
+        return planned_result(question, out, trace)
     result = AgenticResult(question=question, answer="", sources=[], trace=trace)
     if "router" in out:
         result.route = out["router"].get("route")
@@ -112,6 +114,30 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
         result.declined = True
         result.details["declined_answer"] = result.answer
         result.answer = NO_ANSWER + " Closest sources: " + ", ".join(sorted({str(d.meta.get("source")) for d in result.sources}))
+    return result
+
+
+def planned_result(question: str, out: dict[str, Any], trace: Trace) -> AgenticResult:
+    """A decomposed question: the merged answer, every part's own result under ``details["parts"]``."""
+    merged = out["per_part"]
+    parts = merged.get("parts") or []
+    result = AgenticResult(question=question, answer=merged.get("answer") or NO_ANSWER, sources=list(merged.get("documents") or []), trace=trace)
+    result.confidence, result.symbol, result.declined = merged.get("confidence", 0.0), merged.get("symbol", "○"), bool(merged.get("declined"))
+    result.details["parts"] = parts
+    result.details["decomposition"] = out.get("decompose", {}).get("decomposition")
+    routes = {p["route"] for p in parts if p.get("route")}
+    result.route = routes.pop() if len(routes) == 1 else None
+    modes = {p["answer_mode"] for p in parts if p.get("answer_mode")}
+    result.answer_mode = modes.pop() if len(modes) == 1 else ("mixed" if modes else None)
+    result.corrections = sum(int(p.get("corrections") or 0) for p in parts)
+    result.failed_steps = failed_steps(trace)
+    result.failed = bool(parts) and all(p.get("failed") for p in parts)
+    result.error = first_failure(trace, prefer=ANSWER_STEPS if result.failed else ())
+    result.warnings = [f"{s.name}: {w}" for s in trace.steps for w in s.warnings]
+    reasons = {p.get("exit_reason") for p in parts}
+    result.exit_reason = reasons.pop() if len(reasons) == 1 else "parts: " + ", ".join(str(p.get("exit_reason")) for p in parts)
+    if len(parts) == 1:
+        result.evidence = parts[0].get("evidence")
     return result
 
 

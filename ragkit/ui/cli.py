@@ -81,6 +81,8 @@ def _features(args):
         features.retrieval_mode = args.mode
     if getattr(args, "answer_mode", None):
         features.answer_mode = args.answer_mode
+    if getattr(args, "decompose", False):
+        features.decompose = True
     return features.validate()
 
 
@@ -126,12 +128,15 @@ def cmd_ask(args, console) -> int:
             "sources": [{"source": d.meta.get("source"), "page": d.meta.get("page"), "section": d.meta.get("section"), "score": d.score} for d in result.sources],
             "seconds": result.seconds, "timings_s": {s.name: round(s.seconds, 4) for s in trace.steps},
             "usage": {"llm_calls": trace.llm_calls, "prompt_tokens": trace.prompt_tokens, "prompt_tokens_reused": trace.prompt_tokens_reused, "completion_tokens": trace.completion_tokens},
+            "parts": result.details.get("parts"),
             "trace": trace.table(),
         }, indent=1, default=str))
         _report_failures(errors, result, status)
         return status
     console.print(f"[bold]Q:[/] {shown(result.question)}")
     console.print(f"[bold green]A:[/] {shown(result.answer)}")
+    for i, part in enumerate(result.details.get("parts") or [] if len(result.details.get("parts") or []) > 1 else [], 1):
+        console.print(f"[dim]part {i}:[/] {shown(part['question'])} → {shown(part['answer'])} · {part['symbol']} {part['confidence'] or 0:.2f} · {shown(part['exit_reason'] or '')}")
     evidence = result.evidence
     if evidence:
         text = result.sources[evidence["source"] - 1].content or ""
@@ -279,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _feature_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", help="YAML file of Features (routing, hyde, rerank, grading, ...); default: plain RAG")
     p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
+    p.add_argument("--decompose", action="store_true", help="planning: split a question that asks several things and answer each part")
     p.add_argument("--answer-mode", choices=["auto", "grounded", "free"],
                    help="grounded: a span copied from a source; free: text with citations; auto (default): grounded for fact lookups")
     if not any(a.dest == "top_k" for a in p._actions):
