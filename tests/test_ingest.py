@@ -55,3 +55,18 @@ def test_empty_folder_is_a_clear_error(tmp_path):
 def test_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(IngestError, match="does not exist"):
         load_files(tmp_path / "nope")
+
+
+def test_markdown_front_matter_becomes_metadata_not_text(tmp_path):
+    from ragkit.index.ingest import load_files
+
+    (tmp_path / "a.md").write_text("---\nattribution: 'Wikipedia article \"A\"'\nlicense: CC BY-SA 4.0\nsource: spoofed\n---\n# A\n\nA is a letter.\n", encoding="utf-8")
+    (tmp_path / "b.md").write_text("---\nlist: [1, 2]\n---\n# B\n\nB too.\n", encoding="utf-8")  # not scalars: kept as text
+    (tmp_path / "c.md").write_text("---\nlicense: MIT\n---\n", encoding="utf-8")  # nothing but front matter
+    report = load_files(tmp_path)
+    docs = {f.source: f.document for f in report.files}
+    assert docs["a.md"].content.startswith("# A") and "attribution" not in docs["a.md"].content
+    assert docs["a.md"].meta["license"] == "CC BY-SA 4.0" and docs["a.md"].meta["attribution"] == 'Wikipedia article "A"'
+    assert docs["a.md"].meta["source"] == "a.md"  # ragkit's own keys are never taken from the file
+    assert docs["b.md"].content.startswith("---") and "list" not in docs["b.md"].meta
+    assert dict(report.skipped)["c.md"].startswith("no extractable text")

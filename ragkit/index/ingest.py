@@ -7,6 +7,13 @@ converters log and skip a bad file, while a user indexing a folder needs to be t
 skipped and why (empty, binary, not UTF-8, corrupted PDF, no extractable text, too large,
 permission denied — for a file or a whole folder), and one bad file must never abort the run.
 
+A markdown file may open with YAML front matter (``---`` lines around ``key: value`` pairs, as static
+site generators write it): its scalar values become the document's metadata (``attribution``,
+``license``, ``url``, …; ragkit's own keys such as ``source`` are never overwritten) and it is not
+indexed as text — an attribution line in the body was the "sentence" that best matched every
+question naming the article. Parsed with ``yaml.safe_load``; front matter that is not a mapping of
+scalars stays text.
+
 Text files are decoded by their byte-order mark (UTF-8, UTF-16 and UTF-32, either byte order), else
 as UTF-8. A file name that is not valid UTF-8 (possible on Linux) is recorded with its odd bytes
 written as ``\\xNN`` (:func:`source_identity`), so it can be stored in the index's UTF-8 JSON.
@@ -169,8 +176,34 @@ def _load_one(file: Path, source: str) -> LoadedFile:
     # a converter can hand back lone surrogates, which UTF-8 JSON cannot store: better one U+FFFD
     # than a save that fails after the whole folder was embedded
     text = _SURROGATE.sub("\ufffd", text)
-    meta = {"source": source, "file_type": kind, "title": _title(text, Path(source))}
+    front: dict[str, str] = {}
+    if kind == "markdown":
+        front, text = split_front_matter(text)
+        if not text.strip():
+            raise _Skip("no extractable text (front matter only)")
+    meta = {**front, "source": source, "file_type": kind, "title": _title(text, Path(source))}
     return LoadedFile(path=file, source=source, sha256=digest, document=Document(content=text, meta=meta))
+
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
+RESERVED_META = {"source", "file_type", "title", "chunk_index", "char_start", "char_end", "page", "section", "source_id"}
+
+
+def split_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """(metadata, body) of a markdown text that opens with YAML front matter; ({}, text) otherwise."""
+    import yaml
+
+    m = _FRONT_MATTER.match(text)
+    if not m or len(m.group(1)) > 8192:
+        return {}, text
+    try:
+        data = yaml.safe_load(m.group(1))
+    except yaml.YAMLError:
+        return {}, text
+    if not isinstance(data, dict) or not all(isinstance(v, (str, int, float, bool)) or v is None for v in data.values()):
+        return {}, text
+    meta = {str(k): str(v) for k, v in data.items() if v is not None and str(k) not in RESERVED_META}
+    return meta, text[m.end():].lstrip("\r\n")
 
 
 def _decode_text(raw: bytes) -> str:
