@@ -127,3 +127,23 @@ def test_hhem_reproduces_the_model_card_scores():
     ]
     scores = HHEMScorer(HHEM_PATH).score([(p, h) for p, h, _ in pairs])
     assert scores == pytest.approx([s for _, _, s in pairs], abs=1e-3)
+
+
+# -- grounded spans: checked verbatim, not judged (judge_spans=False) ------------------------------------
+def never_called(messages):
+    raise AssertionError("a verbatim span must not reach the judge")
+
+
+def test_a_verbatim_grounded_span_is_not_sent_to_the_judge():
+    detector = HallucinationDetector(generator=MockChatGenerator(response_fn=never_called), judge_spans=False)
+    out = detector.run(answer="Smiljan [1]", documents=DOCS, question="Where was Tesla born?", mode="grounded")
+    assert out["score"] is None and out["supported"] is True and "verbatim" in out["hallucination"]["skipped"]
+
+
+def test_spans_are_judged_when_asked_for_or_when_not_verbatim_or_in_free_mode():
+    judged = HallucinationDetector(generator=MockChatGenerator(responses='["no"]'), judge_spans=True)
+    assert judged.run(answer="Smiljan [1]", documents=DOCS, mode="grounded")["score"] == 0.0
+    skipping = HallucinationDetector(generator=MockChatGenerator(responses='["no"]'), judge_spans=False)
+    assert skipping.run(answer="Paris [1]", documents=DOCS, mode="grounded")["score"] == 0.0  # not in the sources: judged
+    assert skipping.run(answer="Smiljan [1]", documents=DOCS, mode="free")["score"] == 0.0  # free text is always judged
+    assert HallucinationDetector.from_dict(skipping.to_dict()).judge_spans is False

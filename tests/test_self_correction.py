@@ -130,3 +130,19 @@ def test_first_token_mask_bans_only_the_first_generated_position():
     first = mask(prompt, np.zeros(4, dtype=np.single))
     later = mask(np.arange(6), np.zeros(4, dtype=np.single))
     assert list(first) == [0, -np.inf, 0, -np.inf] and list(later) == [0, 0, 0, 0]
+
+
+def test_a_copied_span_exits_the_loop_without_a_judge_call():
+    from ragkit.components.hallucination_detector import HallucinationDetector
+
+    calls = []
+
+    def respond(messages):
+        calls.append("judge" if "Claims:" in messages[-1].text else "answer")
+        return '["no"]' if calls[-1] == "judge" else "Smiljan"
+
+    llm = MockChatGenerator(response_fn=respond)
+    detector = HallucinationDetector(generator=llm, judge_spans=False)
+    out = SelfCorrectingAnswerer(generator=llm, detector=detector, max_corrections=1).run(question="Where was Tesla born?", documents=DOCS, mode="grounded")
+    assert out["exit_reason"] == "span_copied" and out["support"] is None and calls == ["answer"]
+    assert out["answer"].startswith("Smiljan")

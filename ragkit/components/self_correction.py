@@ -12,7 +12,8 @@ consumes a component's output once, but keeps a sub-pipeline's own inputs for ev
 
 ``correction_router`` ends the loop with an exit reason — ``supported`` (score ≥ threshold),
 ``max_corrections`` (the bound), ``unknown`` (the judge could not score), ``unsupported_span`` (a
-grounded span the judge doubts: spans are not rewritten, see :func:`correction_routes`) — or sends ``retry`` with
+grounded span the judge doubts: spans are not rewritten, see :func:`correction_routes`), ``span_copied``
+(a grounded span the detector did not send to the judge, ``judge_spans=False``) — or sends ``retry`` with
 the attempt number back to the prompt builder, whose template then switches to the strict task
 ("use only facts stated in the sources; say what they don't cover"), and the previous answer to
 the generator as its fallback. Haystack cannot connect a component to itself, so the attempt
@@ -65,6 +66,7 @@ def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, 
         return {"output": [reason, "{{ answer }}", "{{ score }}", "{{ answer_ok }}", "{{ answer_tokens }}"], "output_name": names, "output_type": types}
 
     return [
+        {"condition": "{{ score is none and 'skipped' in (judged or {}) }}", **done("span_copied")},
         {"condition": "{{ score is none }}", **done("unknown")},
         {"condition": f"{{{{ score >= {float(threshold)!r} }}}}", **done("supported")},
         # a copied span is judged but not rewritten: a retry could only take another span of the same
@@ -83,7 +85,7 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     pipe.add_component("answer_prompt", answer_prompt_builder())
     pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
     pipe.add_component("hallucination", detector)
-    pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt", "mode"]))
+    pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt", "mode", "judged"]))
     pipe.add_component("correction_count", OutputAdapter(template="{{ attempt }}", output_type=int))
     pipe.connect("answer_prompt.prompt", "answer.messages")
     pipe.connect("answer.text", "hallucination.answer")
@@ -91,6 +93,7 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     pipe.connect("answer.ok", "correction_router.answer_ok")
     pipe.connect("answer.tokens", "correction_router.answer_tokens")
     pipe.connect("hallucination.score", "correction_router.score")
+    pipe.connect("hallucination.hallucination", "correction_router.judged")
     pipe.connect("correction_router.retry", "answer_prompt.attempt")
     pipe.connect("correction_router.previous_answer", "answer.fallback")
     pipe.connect("correction_router.retry", "correction_count.attempt")
@@ -105,7 +108,7 @@ LOOP_INPUTS = {
     # a grounded answer's evidence sentences: the prompt, the span mask and the judge read them
     "evidence": ["answer_prompt.evidence", "answer.evidence", "hallucination.evidence"],
     "question": ["answer_prompt.question", "answer.question", "hallucination.question"],
-    "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode"],
+    "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode", "hallucination.mode"],
 }
 
 
@@ -160,7 +163,7 @@ class SelfCorrectingAnswerer:
         if not documents:
             return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
         inputs = {"documents": documents, "question": question, "evidence": evidence or []}
-        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {**inputs, "mode": mode or "free"}, "hallucination": inputs,
+        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {**inputs, "mode": mode or "free"}, "hallucination": {**inputs, "mode": mode or "free"},
                 "correction_router": {"mode": mode or "free"}}
         out = self.pipeline.run(data, include_outputs_from={"hallucination", "correction_count"})
         judged = out.get("hallucination", {})

@@ -237,6 +237,7 @@ def build_pipeline(
     if f.hallucination_check:
         detector = HallucinationDetector(
             backend=f.hallucination_backend, generator=generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
+            judge_spans=f.judge_spans,
         )
         max_corrections = f.max_corrections if f.self_correction else 0
         pipe.add_component("self_correction", correction_loop(generator, detector, threshold, max_corrections, models.max_new_tokens))

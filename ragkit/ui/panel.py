@@ -46,7 +46,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "answer": ("answer_mode",),
     "reranking": ("rerank", "rerank_backend", "rerank_model", "rerank_candidates"),
     "grading": ("grading", "grader_backend", "grade_threshold"),
-    "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold"),
+    "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold", "judge_spans"),
     "self-correction": ("self_correction", "max_corrections"),
     "confidence": ("confidence_floor",),
     "planning": ("decompose", "decomposer_backend", "max_parts"),
@@ -61,7 +61,7 @@ LABELS: dict[str, str] = {
     "router_backend": "backend", "hyde_passages": "passages", "retrieval_mode": "mode", "top_k": "top k", "injection_guard": "injection guard",
     "rerank_backend": "backend", "rerank_model": "model", "rerank_candidates": "candidates",
     "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
-    "hhem_model": "HHEM model", "support_threshold": "threshold", "max_corrections": "max retries",
+    "hhem_model": "HHEM model", "support_threshold": "threshold", "judge_spans": "judge spans", "max_corrections": "max retries",
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
 }
 NOT_A_CONTROL = ("route_policy",)  # a dict per route: edit it in code or YAML
