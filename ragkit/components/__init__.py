@@ -13,8 +13,10 @@ _COMPONENTS = {
     "GuardedGenerator": "ragkit.components.guarded_generator",
     "HybridScoreJoiner": "ragkit.components.score_fusion",
     "IndexRetriever": "ragkit.components.index_retriever",
+    "MultiHopReasoner": "ragkit.components.multi_hop",
     "PerPartAnswerer": "ragkit.components.per_part",
     "QueryDecomposer": "ragkit.components.query_decomposer",
+    "SqlAnswerer": "ragkit.components.sql_answerer",
     "TokenChunker": "ragkit.components.token_chunker",
 }
 __all__ = list(_COMPONENTS)

@@ -100,6 +100,13 @@ class Features:
     decompose: bool = False
     decomposer_backend: str = "rules"  # rules (microseconds) | llm (one grammar-constrained call) | auto (llm only when the rules see a join)
     max_parts: int = 3
+    # After retrieval: do the sources answer it? If not, retrieve again for the bridge entity found
+    # ("the emperor who founded the Yuan dynasty" -> "Kublai Khan"), never repeating a query, at most
+    # max_iterations follow-ups and hop_llm_calls LLM calls (components/multi_hop.py)
+    multi_hop: bool = False
+    max_iterations: int = 2
+    hop_llm_calls: int = 4
+    sufficiency_threshold: float = 0.5
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():
@@ -107,6 +114,8 @@ class Features:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         if not 2 <= self.max_parts <= 6:
             raise ValueError("max_parts must be between 2 and 6")
+        if not 1 <= self.max_iterations <= 5 or not 1 <= self.hop_llm_calls <= 12 or not 0 <= self.sufficiency_threshold <= 1:
+            raise ValueError("max_iterations must be 1-5, hop_llm_calls 1-12, sufficiency_threshold in [0, 1]")
         if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:
             raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
         if not 0 <= self.confidence_floor <= 1 or not (self.support_threshold is None or 0 <= self.support_threshold <= 1):

@@ -55,6 +55,7 @@ from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.evidence_selector import EvidenceSelector
+from ragkit.components.multi_hop import MultiHopReasoner
 from ragkit.components.per_part import PerPartAnswerer
 from ragkit.components.query_decomposer import QueryDecomposer
 from ragkit.components.guarded_generator import GuardedGenerator
@@ -83,7 +84,7 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"decompose", "per_part", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"decompose", "per_part", "multi_hop", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -222,18 +223,34 @@ def build_pipeline(
         last = "grade.documents"
     pipe.add_component("context_check", ConditionalRouter(routes=context_routes()))
     pipe.connect(last, "context_check.documents")
+    context = "context_check.context"
+    if f.multi_hop:  # do the sources answer it? if not, follow the bridge entity (bounded)
+        pipe.add_component("multi_hop", MultiHopReasoner(
+            generator=generator, index=index, index_path=index_path, retrieval_mode=f.retrieval_mode, embedder=embedder,
+            sparse_weight=config.hybrid_sparse_weight, max_iterations=f.max_iterations, max_llm_calls=f.hop_llm_calls, threshold=f.sufficiency_threshold,
+        ))
+        pipe.connect(context, "multi_hop.documents")
+        inputs["question"].append("multi_hop.question")
+        if f.routing:
+            pipe.connect("route_policy.top_k", "multi_hop.top_k")
+        else:
+            inputs["top_k"].append("multi_hop.top_k")
+        context = "multi_hop.documents"
 
     # -- answer, check and correct, confidence ----------------------------------------------------
     pipe.add_component("confidence", ConfidenceScorer(floor=f.confidence_floor, model=models.llm))
     pipe.connect("retrieve.signals", "confidence.signals")
-    pipe.connect("context_check.context", "confidence.documents")
+    pipe.connect(context, "confidence.documents")
     # a grounded answer copies from one evidence sentence, chosen without an LLM (EvidenceSelector)
     grounded = f.answer_mode != "free"
     if grounded:
         pipe.add_component("evidence", EvidenceSelector(index=index, index_path=index_path, embedder=embedder))
-        pipe.connect("context_check.context", "evidence.documents")
+        pipe.connect(context, "evidence.documents")
         pipe.connect("evidence.signals", "confidence.evidence_signals")
-        inputs["question"].append("evidence.question")
+        if f.multi_hop:  # the sentence to copy from answers the question about the bridges found
+            pipe.connect("multi_hop.query", "evidence.question")
+        else:
+            inputs["question"].append("evidence.question")
     if f.hallucination_check:
         detector = HallucinationDetector(
             backend=f.hallucination_backend, generator=generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
@@ -241,7 +258,7 @@ def build_pipeline(
         )
         max_corrections = f.max_corrections if f.self_correction else 0
         pipe.add_component("self_correction", correction_loop(generator, detector, threshold, max_corrections, models.max_new_tokens))
-        pipe.connect("context_check.context", "self_correction.documents")
+        pipe.connect(context, "self_correction.documents")
         inputs["question"].append("self_correction.question")
         mode_sockets = ["self_correction.mode"]
         if grounded:
@@ -251,8 +268,8 @@ def build_pipeline(
     else:
         pipe.add_component("answer_prompt", answer_prompt_builder())
         pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens))
-        pipe.connect("context_check.context", "answer_prompt.documents")
-        pipe.connect("context_check.context", "answer.documents")  # the grounded mode's spans come from them
+        pipe.connect(context, "answer_prompt.documents")
+        pipe.connect(context, "answer.documents")  # the grounded mode's spans come from them
         pipe.connect("answer_prompt.prompt", "answer.messages")
         inputs["question"] += ["answer_prompt.question", "answer.question"]
         mode_sockets = ["answer_prompt.mode", "answer.mode"]
@@ -337,7 +354,7 @@ class DrawingOnlyLLM:
 
 
 def features_label(features: Features) -> str:
-    on = [name for name in ("decompose", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
+    on = [name for name in ("decompose", "multi_hop", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
     return "plain RAG" if not on else " + ".join(on)
 
 

@@ -88,6 +88,10 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
         result.answer, result.exit_reason, result.confidence, result.symbol, result.p_lacks_answer = NO_ANSWER, "no_context", 0.0, "○", 1.0
         return result
     result.sources = list(context["context"])
+    if "documents" in out.get("multi_hop", {}):  # the follow-up retrievals' chunks come first; citations count them
+        hop = out["multi_hop"]
+        result.sources = list(hop["documents"])
+        result.details["multi_hop"] = {"exit_reason": hop["exit_reason"], "hops": hop["hops"], "query": hop["query"]}
     result.answer_mode = answer_mode_of(out, trace)
     corrected = out.get("self_correction", {})
     if "answer" in corrected:

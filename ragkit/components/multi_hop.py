@@ -1,0 +1,203 @@
+"""MultiHopReasoner: after retrieval, do the sources answer the question? If not, follow the bridge.
+
+"Who was the grandfather of the emperor who founded the Yuan dynasty?" names neither Kublai Khan nor
+Genghis Khan, so one retrieval finds the sentence about the founding and nothing about the
+grandfather. Each iteration of this step:
+
+1. takes the best evidence sentences for the question (:class:`EvidenceSelector`, no LLM);
+2. asks the LLM whether they state the answer — one forward pass, P(yes) read from the next-token
+   distribution with llama.cpp (other backends: one constrained yes/no reply); ``sufficient`` ends it;
+3. otherwise asks for the *bridge* — the name the question describes without giving it — as a span
+   copied from the evidence (the grounded decoding of :class:`GuardedGenerator`, so it cannot be
+   invented);
+4. retrieves again with a follow-up query built from what was found: the bridge plus the question's
+   words the evidence did not cover ("Kublai Khan grandfather"), sets aside chunks that address the
+   model (:class:`InjectionGuard`), and puts the new chunks before the ones already held.
+
+Bounded three ways, each an exit reason: ``max_iterations`` (hops), ``budget`` (LLM calls, counted
+before each call), ``no_new_query`` (no bridge was found, or the follow-up was already tried — a query
+is never sent twice); a check that fails ends it as ``check_failed`` with the error traced, keeping
+what was found. ``query`` comes out as the question plus the bridges, for the evidence step that picks
+the sentence the answer is copied from.
+
+Hand-written: Haystack has the loop pieces (``ConditionalRouter``, ``BranchJoiner``) but the state
+that makes the loop safe — the queries already tried, the calls spent, the chunks gathered — would
+have to travel on edges that Haystack consumes once per run; one component holds it in a few lines.
+
+Usage::
+
+    hop = MultiHopReasoner(generator=llm, index_path=".ragkit/index", max_iterations=2, max_llm_calls=4)
+    out = hop.run(question="Who was the grandfather of the emperor who founded the Yuan dynasty?", documents=docs, top_k=5)
+    out["exit_reason"], [h["query"] for h in out["hops"]], out["documents"]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from ragkit.components.evidence_selector import EvidenceSelector
+from ragkit.components.guarded_generator import GuardedGenerator
+from ragkit.components.index_retriever import IndexRetriever
+from ragkit.components.injection_guard import InjectionGuard
+from ragkit.eval.metrics import content_words, strip_citations
+from ragkit.index.store import RagIndex
+from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.llm.prompts import NO_ANSWER, context_messages
+from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, llm_error, parse_choice
+from ragkit.pipeline.trace import record
+
+EXIT_REASONS = ("sufficient", "max_iterations", "no_new_query", "budget", "check_failed")
+YES_NO = {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]}
+
+
+def sufficiency_task(question: str) -> str:
+    return f"Question: {question}\nDo these sources state the answer to the question? Reply yes or no."
+
+
+def bridge_task(question: str) -> str:
+    return (
+        "Task: the question describes someone or something without naming it (like \"the emperor who founded the "
+        "dynasty\"). Copy that name from the sources.\n"
+        f"Question: {question}"
+    )
+
+
+def normalized(query: str) -> str:
+    return " ".join(sorted(set(content_words(query))))
+
+
+def follow_up_query(question: str, bridge: str, evidence: str) -> str:
+    """The bridge plus the question's content words the evidence did not contain: what is still unknown."""
+    seen = set(content_words(evidence)) | set(content_words(bridge))
+    missing = [w for w in dict.fromkeys(content_words(question)) if w not in seen]
+    return " ".join([bridge, *missing]).strip()
+
+
+@component
+class MultiHopReasoner:
+    def __init__(
+        self,
+        generator: Any,
+        index: RagIndex | None = None,
+        index_path: str | None = None,
+        retrieval_mode: str = "hybrid",
+        embedder: str = "all-MiniLM-L6-v2",
+        sparse_weight: float | None = None,
+        max_iterations: int = 2,
+        max_llm_calls: int = 4,
+        threshold: float = 0.5,
+        evidence_sentences: int = 2,
+    ):
+        if max_iterations < 1 or max_llm_calls < 1 or not 0 <= threshold <= 1 or evidence_sentences < 1:
+            raise ValueError("max_iterations and max_llm_calls must be >= 1, evidence_sentences >= 1, threshold in [0, 1]")
+        self.generator = generator
+        self.index_path = index_path
+        self.retrieval_mode = retrieval_mode
+        self.embedder = embedder
+        self.sparse_weight = sparse_weight
+        self.max_iterations = max_iterations
+        self.max_llm_calls = max_llm_calls
+        self.threshold = threshold
+        self.evidence_sentences = evidence_sentences
+        extra = {"sparse_weight": sparse_weight} if sparse_weight is not None else {}
+        self._retriever = IndexRetriever(index=index, index_path=index_path, mode=retrieval_mode, embedder=embedder, **extra)
+        self._selector = EvidenceSelector(index=index, index_path=index_path, embedder=embedder)
+        self._span = GuardedGenerator(generator=generator, max_tokens=24, step="bridge", answer_mode="grounded")
+        self._guard = InjectionGuard()
+        self._probe = probe_for(generator) if LlamaProbe.supports(generator) else None
+
+    def warm_up(self) -> None:
+        self._retriever.warm_up()
+        self._selector.warm_up()
+        if hasattr(self.generator, "warm_up"):
+            self.generator.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, generator=generator_to_dict(self.generator), index_path=self.index_path, retrieval_mode=self.retrieval_mode,
+            embedder=self.embedder, sparse_weight=self.sparse_weight, max_iterations=self.max_iterations,
+            max_llm_calls=self.max_llm_calls, threshold=self.threshold, evidence_sentences=self.evidence_sentences,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MultiHopReasoner":
+        return default_from_dict(cls, generator_from_dict(data))
+
+    # -- the two LLM questions ----------------------------------------------------------------------
+    def _sufficient(self, question: str, evidence: list[Document]) -> float:
+        """P(the evidence states the answer); raises on an unusable reply."""
+        messages = context_messages(evidence, sufficiency_task(question), numbers=[int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)])
+        if self._probe is not None:
+            p_yes = self._probe.choice_probs(messages, YES_NO)["yes"]
+            record(llm_calls=1)  # one forward pass over the evidence (call_llm counts the other calls itself)
+            return p_yes
+        kwargs = {**choice_constraint(self.generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
+        reply = call_llm(self.generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step="sufficiency")
+        if not reply.ok:
+            raise RuntimeError(reply.error)
+        return 1.0 if reply.value == "yes" else 0.0
+
+    def _bridge(self, question: str, documents: list[Document], evidence: list[Document]) -> str:
+        numbers = [int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)]
+        out = self._span.run(messages=context_messages(evidence, bridge_task(question), numbers=numbers), documents=documents, mode="grounded", evidence=evidence)
+        text = strip_citations(out["text"]).strip(" .")
+        return "" if not out["ok"] or text == strip_citations(NO_ANSWER).strip(" .") else text
+
+    @component.output_types(documents=list[Document], query=str, hops=list[dict], exit_reason=str)
+    def run(self, question: str, documents: list[Document], top_k: Optional[int] = None) -> dict[str, Any]:
+        """``documents``: what the first retrieval found; ``top_k``: chunks per follow-up retrieval."""
+        self.warm_up()
+        top_k = top_k or max(len(documents), 1)
+        held = list(documents)
+        tried = {normalized(question)}
+        bridges: list[str] = []
+        hops: list[dict[str, Any]] = []
+        calls, exit_reason, iteration = 0, "max_iterations", 0
+        focus = question
+        while iteration < self.max_iterations:
+            evidence = self._selector.rank(focus, held)[: self.evidence_sentences]
+            if not evidence:
+                exit_reason = "no_new_query"
+                break
+            if calls >= self.max_llm_calls:
+                exit_reason = "budget"
+                break
+            calls += 1
+            try:
+                p_yes = self._sufficient(question, evidence)
+            except Exception as exc:  # an unusable check keeps what was found and says why it stopped
+                error = llm_error(exc, self.generator)
+                record(fallback=f"multi_hop: sufficiency check failed ({error})")
+                hops.append({"iteration": iteration, "evidence": evidence[0].content, "error": error})
+                exit_reason = "check_failed"
+                break
+            hop: dict[str, Any] = {"iteration": iteration, "evidence": evidence[0].content, "p_sufficient": round(p_yes, 3)}
+            hops.append(hop)
+            if p_yes >= self.threshold:
+                exit_reason = "sufficient"
+                break
+            if calls >= self.max_llm_calls:
+                exit_reason = "budget"
+                break
+            calls += 1
+            bridge = self._bridge(question, held, evidence)
+            query = follow_up_query(question, bridge, " ".join(e.content for e in evidence)) if bridge else ""
+            hop.update(bridge=bridge, query=query)
+            if not bridge or normalized(query) in tried or bridge in bridges:
+                exit_reason = "no_new_query"
+                break
+            tried.add(normalized(query))
+            bridges.append(bridge)
+            found = self._retriever.run(query=query, top_k=top_k)["documents"]
+            found = self._guard.run(documents=found)["documents"]
+            known = {d.id for d in held}
+            new = [d for d in found if d.id not in known]
+            hop["new_documents"] = len(new)
+            held = new + held
+            focus = f"{question} {' '.join(bridges)}"
+            iteration += 1
+        record(decision={"exit_reason": exit_reason, "hops": iteration, "calls": calls})
+        return {"documents": held, "query": focus, "hops": hops, "exit_reason": exit_reason}

@@ -1,0 +1,119 @@
+"""MultiHopReasoner: sufficiency check, bridge entity, follow-up retrieval, and every bound — with mock LLMs."""
+
+import pytest
+from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
+
+from ragkit.components.multi_hop import EXIT_REASONS, MultiHopReasoner, follow_up_query, normalized
+from ragkit.pipeline.features import Features
+from ragkit.pipeline.graph import draw
+from ragkit.pipeline.trace import RagkitTracer
+
+QUESTION = "Who was the grandfather of the emperor who founded the Yuan dynasty?"
+
+
+@pytest.fixture(scope="module")
+def hop_index(tmp_path_factory, fast_config):
+    from ragkit.index.indexer import build_index
+
+    folder = tmp_path_factory.mktemp("docs")
+    (folder / "yuan.md").write_text("# Yuan dynasty\n\nThe Yuan dynasty was founded by Kublai Khan in 1271. It ruled China until 1368.\n")
+    (folder / "kublai.md").write_text("# Kublai Khan\n\nKublai Khan was a grandson of Genghis Khan. His brother Möngke ruled before him.\n")
+    (folder / "rhine.md").write_text("# Rhine\n\nThe Rhine flows from the Swiss Alps to the North Sea through Germany and the Netherlands.\n")
+    path = tmp_path_factory.mktemp("index") / "index"
+    build_index(folder, path, fast_config, progress=False)
+    return str(path)
+
+
+def first_retrieval(index_path, question=QUESTION, top_k=1):
+    from ragkit.components.index_retriever import IndexRetriever
+
+    return IndexRetriever(index_path=index_path, mode="sparse").run(query=question, top_k=top_k)["documents"]
+
+
+def scripted(replies):
+    """yes/no checks and bridge requests get the next scripted reply for their kind."""
+    calls = []
+
+    def respond(messages):
+        text = messages[-1].text
+        kind = "check" if "Reply yes or no" in text else "bridge"
+        calls.append(kind)
+        queue = replies[kind]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return MockChatGenerator(response_fn=respond), calls
+
+
+def test_follow_up_is_the_bridge_and_what_the_evidence_did_not_cover():
+    query = follow_up_query(QUESTION, "Kublai Khan", "The Yuan dynasty was founded by Kublai Khan in 1271.")
+    assert query == "Kublai Khan grandfather emperor"
+    assert normalized("Kublai Khan grandfather") == normalized("grandfather Kublai  Khan?")
+
+
+def test_insufficient_evidence_follows_the_bridge_then_stops_when_sufficient(hop_index):
+    llm, calls = scripted({"check": ["no", "yes"], "bridge": ["Kublai Khan"]})
+    docs = first_retrieval(hop_index)
+    hop = MultiHopReasoner(generator=llm, index_path=hop_index, retrieval_mode="sparse", max_iterations=2, max_llm_calls=4)
+    with RagkitTracer().collect() as trace:
+        out = hop.run(question=QUESTION, documents=docs, top_k=2)
+    assert out["exit_reason"] == "sufficient" and calls == ["check", "bridge", "check"]
+    assert out["hops"][0]["bridge"] == "Kublai Khan" and out["hops"][0]["query"].startswith("Kublai Khan")
+    assert any("grandson of Genghis Khan" in (d.content or "") for d in out["documents"])
+    assert out["documents"][-1].id == docs[0].id  # what the first retrieval found is kept, after the new chunks
+    assert "Kublai Khan" in out["query"]
+
+
+@pytest.mark.parametrize("iterations, budget, expected, n_calls", [(1, 4, "max_iterations", 2), (3, 1, "budget", 1), (3, 3, "budget", 3)])
+def test_every_bound_holds_and_is_the_exit_reason(hop_index, iterations, budget, expected, n_calls):
+    llm, calls = scripted({"check": ["no"], "bridge": ["Kublai Khan", "Genghis Khan", "Möngke"]})
+    hop = MultiHopReasoner(generator=llm, index_path=hop_index, retrieval_mode="sparse", max_iterations=iterations, max_llm_calls=budget)
+    out = hop.run(question=QUESTION, documents=first_retrieval(hop_index), top_k=1)
+    assert out["exit_reason"] == expected and len(calls) == n_calls <= budget
+
+
+def test_a_query_is_never_sent_twice(hop_index):
+    llm, calls = scripted({"check": ["no"], "bridge": ["Kublai Khan"]})  # the same bridge every time
+    out = MultiHopReasoner(generator=llm, index_path=hop_index, retrieval_mode="sparse", max_iterations=4, max_llm_calls=12).run(
+        question=QUESTION, documents=first_retrieval(hop_index), top_k=1)
+    assert out["exit_reason"] == "no_new_query" and [h.get("bridge") for h in out["hops"]] == ["Kublai Khan", "Kublai Khan"]
+
+
+@pytest.mark.parametrize("reply", ["maybe", "", "I cannot help with that."])
+def test_a_garbage_check_reply_ends_it_as_a_traced_failure_keeping_the_documents(hop_index, reply):
+    llm, _ = scripted({"check": [reply], "bridge": ["Kublai Khan"]})
+    docs = first_retrieval(hop_index)
+    with RagkitTracer().collect() as trace:
+        out = MultiHopReasoner(generator=llm, index_path=hop_index, retrieval_mode="sparse").run(question=QUESTION, documents=docs, top_k=1)
+    assert out["exit_reason"] == "check_failed" and out["documents"] == docs and "error" in out["hops"][0]
+    assert out["exit_reason"] in EXIT_REASONS
+
+
+def test_a_bridge_that_is_not_in_the_sources_is_no_new_query(hop_index):
+    llm, _ = scripted({"check": ["no"], "bridge": ["Napoleon Bonaparte"]})
+    out = MultiHopReasoner(generator=llm, index_path=hop_index, retrieval_mode="sparse").run(question=QUESTION, documents=first_retrieval(hop_index), top_k=1)
+    assert out["exit_reason"] == "no_new_query" and out["hops"][0]["bridge"] == ""
+
+
+def test_round_trip_and_validation():
+    hop = MultiHopReasoner(generator=MockChatGenerator(responses="yes"), index_path="/tmp/nowhere", max_iterations=3, max_llm_calls=5, threshold=0.4)
+    again = MultiHopReasoner.from_dict(hop.to_dict())
+    assert (again.max_iterations, again.max_llm_calls, again.threshold) == (3, 5, 0.4)
+    with pytest.raises(ValueError):
+        MultiHopReasoner(generator=MockChatGenerator(responses="yes"), max_iterations=0)
+    with pytest.raises(ValueError):
+        Features(multi_hop=True, max_iterations=9).validate()
+
+
+def test_the_engine_runs_multi_hop_and_reports_its_hops(hop_index, fast_config):
+    from ragkit.index.store import RagIndex
+    from ragkit.pipeline.engine import AgenticRAG
+
+    llm, calls = scripted({"check": ["no", "yes"], "bridge": ["Kublai Khan"]})
+    rag = AgenticRAG(Features(multi_hop=True, retrieval_mode="sparse", answer_mode="free", top_k=1), config=fast_config, index=RagIndex.load(hop_index), generator=llm)
+    result = rag.ask(QUESTION)
+    assert result.details["multi_hop"]["exit_reason"] == "sufficient"
+    assert any("Genghis" in (d.content or "") for d in result.sources)
+    step = result.trace.step("multi_hop")
+    assert step is not None and step.llm_calls == 3 and step.decision["exit_reason"] == "sufficient"
+    assert "multi_hop" in draw(Features(multi_hop=True))
