@@ -127,17 +127,26 @@ def evidence_dev_table(d: dict) -> str:
 
 
 def planning_table(d: dict) -> str:
-    """bench/results/planning.json: two-part questions, plain against decompose."""
-    lines = ["| model | config | n | parts answered | both parts answered | part F1 | split in two | LLM calls/q | p50 s | vs plain: parts / p50 |",
+    """bench/results/planning.json: two-part and bridge questions per configuration, and the SQL route."""
+    lines = ["| questions | model | config | n | parts answered | both parts answered | part F1 | LLM calls/q | p50 s | vs plain: parts / p50 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for model, s in d["two_part"].items():
-        for config in ("plain", "decompose"):
-            r = s[config]
-            ratio = f"{s['decompose_over_plain_parts']:.2f}× / {s['decompose_over_plain_p50']:.2f}×" if config == "decompose" else ""
-            lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['parts_answered']:.0%} | {r['both_answered']:.0%} | {r['part_f1']:.3f} | "
-                         f"{r['split']:.0%} | {r['llm_calls']:.2f} | {r['p50_s']:.2f} | {ratio} |")
+    for section, label in (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)")):
+        for model, s in (d.get(section) or {}).items():
+            for config in ("plain", "decompose", "multi_hop", "agent", "full"):
+                r = s.get(config)
+                if not isinstance(r, dict):
+                    continue
+                ratio = f"{s[config + '_over_plain_parts']:.2f}× / {s[config + '_over_plain_p50']:.2f}×" if config + "_over_plain_p50" in s else ""
+                both = f"{r['both_answered']:.0%}" if section == "two_part" else ""
+                lines.append(f"| {label} | {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['parts_answered']:.0%} | {both} | {r['part_f1']:.3f} | "
+                             f"{r['llm_calls']:.2f} | {r['p50_s']:.2f} | {ratio} |")
+    out = "\n".join(lines)
+    if d.get("sql"):
+        out += "\n\n| SQL route (cars table) | n | accuracy |\n| --- | --- | --- |\n" + "\n".join(
+            f"| {m.replace('qwen2.5-coder-', '')} | {v['n']} | {v['accuracy']:.0%} |" for m, v in d["sql"].items())
     commands = ", ".join(f"`{c}`" for c in d.get("commands", {}).values())
-    return "\n".join(lines) + f"\n\n{d['set']}; LLM-call budget violations: {d['budget_violations']}: " + commands
+    sets = "; ".join(f"{k}: {v}" for k, v in (d.get("sets") or {}).items()) or d.get("set", "")
+    return out + f"\n\n{sets}. LLM-call and iteration budget violations: {d['budget_violations']}. " + commands
 
 
 def retrieval_quality_table(d: dict) -> str:

@@ -286,3 +286,40 @@ def test_the_real_05b_answers_easy_questions(local_llm, question, gold):
     assert out["ok"], out["error"]
     assert out["value"] == gold, out["sql"]
     assert step.llm_calls == 1
+
+
+# -- the SQL route inside the engine ------------------------------------------------------------------
+def test_the_engine_answers_a_counting_question_from_the_sql_result_and_skips_other_questions(sample_index, fast_config):
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
+
+    calls = []
+
+    def respond(messages):
+        if "CREATE TABLE" in messages[0].text:
+            calls.append("sql")
+            return "SELECT COUNT(*) FROM cars WHERE Origin = 'Japan'"
+        calls.append("answer")
+        return "79 [1]"
+
+    rag = AgenticRAG(Features(sql_route=True), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=respond))
+    result = rag.ask("How many cars from Japan are in the table?")
+    assert calls == ["sql", "answer"] and result.details["sql"]["value"] == 79
+    assert result.sources[0].meta["source"] == "sql" and "79" in result.answer
+    calls.clear()
+    other = rag.ask("Where was Nikola Tesla born?")
+    assert calls == ["answer"] and "sql" not in other.details
+    assert other.trace.step("sql").decision["asked"].startswith("no")
+
+
+def test_a_refused_query_keeps_the_retrieved_sources_and_is_traced(sample_index, fast_config):
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
+
+    def respond(messages):
+        return "DROP TABLE cars" if "CREATE TABLE" in messages[0].text else "I do not know"
+
+    rag = AgenticRAG(Features(sql_route=True, answer_mode="free"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=respond))
+    result = rag.ask("How many cars have 8 cylinders?")
+    assert result.details["sql"]["ok"] is False and result.sources and all(d.meta.get("source") != "sql" for d in result.sources)
+    assert any("sql" in f for f in result.trace.fallbacks)

@@ -253,12 +253,16 @@ class SqlAnswerer:
         max_tokens: int = 96,
         subject_words: list[str] | None = None,
         prompt: str | None = None,
+        only_numeric: bool = False,
     ):
         """``tables``: table name -> source (``vega_datasets:<name>`` or a ``.json`` / ``.jsonl`` / ``.csv``
         file), loaded in ``warm_up``; default the vega_datasets ``cars`` table. ``max_rows`` and
         ``timeout_s`` bound what a query returns and how long it may run. ``subject_words``: extra
         words that mean the tables' subject for :meth:`looks_numeric` (default: known ones for vega
-        tables). ``prompt``: a custom system prompt with ``{schema}``, replacing :data:`SQL_SYSTEM`."""
+        tables). ``prompt``: a custom system prompt with ``{schema}``, replacing :data:`SQL_SYSTEM`.
+        ``only_numeric``: ask the LLM only when :meth:`looks_numeric` says the question counts or
+        compares numbers of these tables (how the engine's SQL route uses it); other questions pass
+        their ``documents`` through with no call."""
         if generator is None:
             raise ValueError("SqlAnswerer needs a chat generator")
         if max_rows < 1 or timeout_s <= 0 or max_tokens < 16:
@@ -267,6 +271,7 @@ class SqlAnswerer:
             raise ValueError("a custom SQL prompt needs a {schema} placeholder")
         self.generator, self.tables = generator, dict(tables or DEFAULT_TABLES)
         self.max_rows, self.timeout_s, self.max_tokens, self.prompt = max_rows, timeout_s, max_tokens, prompt
+        self.only_numeric = only_numeric
         if subject_words is None:
             subject_words = [w for source in self.tables.values() for w in SUBJECT_WORDS.get(source, ())]
         self.subject_words = list(subject_words)
@@ -284,6 +289,7 @@ class SqlAnswerer:
         return default_to_dict(
             self, generator=generator_to_dict(self.generator), tables=self.tables, max_rows=self.max_rows, timeout_s=self.timeout_s,
             max_tokens=self.max_tokens, subject_words=self.subject_words, prompt=self.prompt,
+            only_numeric=self.only_numeric,
         )
 
     @classmethod
@@ -322,35 +328,40 @@ class SqlAnswerer:
         return [ChatMessage.from_system(system), ChatMessage.from_user(question.strip())]
 
     @staticmethod
-    def _failure(error: str, sql: str | None = None) -> dict[str, Any]:
+    def _failure(error: str, sql: str | None = None, documents: Optional[list[Document]] = None) -> dict[str, Any]:
         record(decision={"ok": False})
-        return {"documents": [], "sql": sql, "columns": [], "rows": [], "value": None, "ok": False, "error": error}
+        return {"documents": list(documents or []), "sql": sql, "columns": [], "rows": [], "value": None, "ok": False, "error": error}
 
     @component.output_types(documents=list[Document], sql=Optional[str], columns=list[str], rows=list[list], value=Any, ok=bool, error=Optional[str])
-    def run(self, query: str) -> dict[str, Any]:
-        """``documents``: one Document stating the query and its result (none on failure); ``sql``: the
+    def run(self, query: str, documents: Optional[list[Document]] = None) -> dict[str, Any]:
+        """``documents`` (input, optional): retrieved chunks to pass on after the SQL result (the engine
+        joins them this way, so the result is source [1]). ``documents`` (output): the Document stating
+        the query and its result, then the input documents (only those on failure); ``sql``: the
         query the LLM wrote (also when refused); ``columns`` / ``rows``: the result (at most ``max_rows``);
         ``value``: the single cell of a one-row, one-column result, else None; ``ok`` / ``error``."""
         try:
             schemas = self.schemas
         except ValueError as exc:  # a table source that cannot be read: reported, the pipeline goes on
             record(fallback=f"sql: table_unavailable: {exc}")
-            return self._failure(f"table_unavailable: {exc}")
+            return self._failure(f"table_unavailable: {exc}", documents=documents)
         if not query or not query.strip():
-            return self._failure("empty_question: there is nothing to answer")
+            return self._failure("empty_question: there is nothing to answer", documents=documents)
+        if self.only_numeric and not self.looks_numeric(query):
+            record(decision={"asked": "no: not a question about counts or sums of the tables"})
+            return {"documents": list(documents or []), "sql": None, "columns": [], "rows": [], "value": None, "ok": True, "error": None}
         kwargs = {**self._constraint(), "max_tokens": self.max_tokens, "temperature": 0.0}
         reply = call_llm(self.generator, self.messages(query), lambda text: validate_select(extract_sql(text), schemas), kwargs, step="sql")
         if not reply.ok:
-            return self._failure(reply.error or "llm_error", extract_sql(reply.text) if reply.text else None)
+            return self._failure(reply.error or "llm_error", extract_sql(reply.text) if reply.text else None, documents)
         sql, table = reply.value
         try:
             result = self.database().run(sql, max_rows=self.max_rows, timeout_s=self.timeout_s)
         except QueryError as exc:
             record(fallback=f"sql: {exc}")
-            return self._failure(str(exc), sql)
+            return self._failure(str(exc), sql, documents)
         rows = [list(r) for r in result.rows]
         value = rows[0][0] if len(rows) == 1 and len(result.columns) == 1 else None
         content = result_text(table, sql, result.columns, result.rows, result.truncated)
         document = Document(content=content, meta={"source": "sql", "table": table, "sql": sql, "rows": len(rows), "truncated": result.truncated})
         record(decision={"ok": True, "rows": len(rows), "sql_ms": round(result.seconds * 1000, 2)})
-        return {"documents": [document], "sql": sql, "columns": result.columns, "rows": rows, "value": value, "ok": True, "error": None}
+        return {"documents": [document, *(documents or [])], "sql": sql, "columns": result.columns, "rows": rows, "value": value, "ok": True, "error": None}

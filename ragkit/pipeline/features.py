@@ -53,6 +53,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "hallucination_backend": ("llm_judge", "hhem"),
     "answer_mode": ("auto", "grounded", "free"),
     "decomposer_backend": ("rules", "llm", "auto"),
+    "gate_backend": ("rules", "llm"),
+    "rewrite_backend": ("rules", "llm"),
 }
 
 
@@ -95,6 +97,14 @@ class Features:
     self_correction: bool = False
     max_corrections: int = 1
     confidence_floor: float = 0.0  # 0: never decline
+    # Planning, before retrieval: strip conversational noise from the question (only deletes words:
+    # names and technical terms stay), and ask whether it needs the documents at all — "no" answers
+    # with the no-context prompt, skipping search, rerank and grading (components/query_rewriter.py,
+    # retrieval_gate.py)
+    rewrite: bool = False
+    rewrite_backend: str = "rules"  # rules (microseconds) | llm (one call, a grammar of the question's own words)
+    gate: bool = False
+    gate_backend: str = "rules"  # rules (the router's chit-chat / arithmetic patterns) | llm (one forward pass)
     # Planning: split a question that asks several things ("Where was Tesla born, and what did he
     # study?") and answer each part with everything above (components/query_decomposer.py, per_part.py)
     decompose: bool = False
@@ -107,6 +117,11 @@ class Features:
     max_iterations: int = 2
     hop_llm_calls: int = 4
     sufficiency_threshold: float = 0.5
+    # A question that counts, sums or compares numbers of a table ("How many cars from Japan ...?",
+    # a microsecond rules check) gets one read-only SQL query over it, written by the LLM under a grammar
+    # built from the table's schema; the result is source [1] of the answer (components/sql_answerer.py)
+    sql_route: bool = False
+    sql_tables: dict[str, str] = field(default_factory=lambda: {"cars": "vega_datasets:cars"})
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():
@@ -120,6 +135,8 @@ class Features:
             raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
         if not 0 <= self.confidence_floor <= 1 or not (self.support_threshold is None or 0 <= self.support_threshold <= 1):
             raise ValueError("confidence_floor and support_threshold must be in [0, 1]")
+        if self.sql_route and (not self.sql_tables or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in self.sql_tables.items())):
+            raise ValueError("sql_route needs sql_tables: table name -> source ('vega_datasets:cars', a .json/.jsonl/.csv file)")
         if set(self.route_policy) != set(DEFAULT_ROUTE_POLICY):
             raise ValueError(f"route_policy needs exactly the routes {sorted(DEFAULT_ROUTE_POLICY)}")
         for route, policy in self.route_policy.items():

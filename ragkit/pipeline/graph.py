@@ -63,9 +63,12 @@ from ragkit.components.hallucination_detector import HallucinationDetector, supp
 from ragkit.components.hyde import HyDEEmbedder
 from ragkit.components.injection_guard import InjectionGuard
 from ragkit.components.index_retriever import IndexRetriever
+from ragkit.components.query_rewriter import QueryRewriter
 from ragkit.components.query_router import QueryRouter
+from ragkit.components.retrieval_gate import RetrievalGate
 from ragkit.components.reranker import Reranker
 from ragkit.components.self_correction import correction_loop
+from ragkit.components.sql_answerer import SqlAnswerer
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.index.store import RagIndex
 from ragkit.llm.generators import build_text_embedder
@@ -84,7 +87,11 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"decompose", "per_part", "multi_hop", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"decompose", "per_part", "rewrite", "gate", "multi_hop", "sql", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
+
+# Components that start retrieval: with the gate on they get the question only when it says "retrieve".
+GATED = {"router", "route_policy", "embed", "hyde", "retrieve", "sql"}
+
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
     """``route_policy``'s branches: no retrieval (SIMPLE), retrieval with HyDE, retrieval without."""
@@ -221,6 +228,11 @@ def build_pipeline(
         if f.routing:
             pipe.connect("route_policy.grader_backend", "grade.backend")
         last = "grade.documents"
+    if f.sql_route:  # counting / summing questions: one read-only query over the tables, its result source [1]
+        pipe.add_component("sql", SqlAnswerer(generator=generator, tables=f.sql_tables, only_numeric=True))
+        pipe.connect(last, "sql.documents")
+        inputs["question"].append("sql.query")
+        last = "sql.documents"
     pipe.add_component("context_check", ConditionalRouter(routes=context_routes()))
     pipe.connect(last, "context_check.documents")
     context = "context_check.context"
@@ -294,10 +306,37 @@ def build_pipeline(
     else:
         inputs["answer_mode"] += mode_sockets
 
-    if direct_routes:
+    # -- before everything: rewrite the question, and gate whether it needs retrieval at all ---------
+    direct_senders = ["route_policy.direct_query"] if direct_routes else []
+    if f.rewrite or f.gate:
+        front = None
+        if f.rewrite:
+            pipe.add_component("rewrite", QueryRewriter(backend=f.rewrite_backend, generator=generator if f.rewrite_backend == "llm" else None))
+            front = "rewrite.query"
+        if f.gate:
+            pipe.add_component("gate", RetrievalGate(backend=f.gate_backend, generator=generator if f.gate_backend == "llm" else None))
+            if front:
+                pipe.connect(front, "gate.query")
+            direct_senders.append("gate.direct_query")
+        given = ["rewrite.query"] if f.rewrite else (["gate.query"] if f.gate else [])
+        for socket in inputs["question"]:
+            if f.gate and socket.split(".")[0] in GATED:  # retrieval and what starts it wait for the gate's yes
+                pipe.connect("gate.search_query", socket)
+            elif front:
+                pipe.connect(front, socket)
+            else:
+                given.append(socket)
+        inputs["question"] = given
+    if direct_senders:
         pipe.add_component("direct_prompt", ChatPromptBuilder(template=[ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user("{{ question }}")], required_variables=["question"]))
         pipe.add_component("direct_answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens, step="direct_answer"))
-        pipe.connect("route_policy.direct_query", "direct_prompt.question")
+        if len(direct_senders) > 1:  # the gate's no and the router's SIMPLE route both answer without sources
+            pipe.add_component("direct_question", BranchJoiner(str))
+            for sender in direct_senders:
+                pipe.connect(sender, "direct_question.value")
+            pipe.connect("direct_question.value", "direct_prompt.question")
+        else:
+            pipe.connect(direct_senders[0], "direct_prompt.question")
         pipe.connect("direct_prompt.prompt", "direct_answer.messages")
 
     pipe.metadata["ragkit"] = {
@@ -354,7 +393,7 @@ class DrawingOnlyLLM:
 
 
 def features_label(features: Features) -> str:
-    on = [name for name in ("decompose", "multi_hop", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
+    on = [name for name in ("rewrite", "gate", "decompose", "multi_hop", "sql_route", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
     return "plain RAG" if not on else " + ".join(on)
 
 

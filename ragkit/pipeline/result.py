@@ -67,6 +67,9 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
     if "router" in out:
         result.route = out["router"].get("route")
         result.details["routing"] = out["router"].get("routing")
+    if out.get("sql", {}).get("sql") or out.get("sql", {}).get("error"):
+        sql = out["sql"]
+        result.details["sql"] = {"sql": sql.get("sql"), "rows": sql.get("rows"), "value": sql.get("value"), "ok": sql.get("ok"), "error": sql.get("error")}
     if out.get("guard", {}).get("quarantined"):
         result.details["quarantined"] = out["guard"]["quarantined"]
     for step, key in (("hyde", "hyde"), ("rerank", "reranking"), ("grade", "grading"), ("self_correction", "hallucination")):

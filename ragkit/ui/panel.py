@@ -49,7 +49,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold", "judge_spans"),
     "self-correction": ("self_correction", "max_corrections"),
     "confidence": ("confidence_floor",),
-    "planning": ("decompose", "decomposer_backend", "max_parts", "multi_hop", "max_iterations", "hop_llm_calls", "sufficiency_threshold"),
+    "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
 }
 RANGES: dict[str, tuple[float, float, float]] = {
     "top_k": (1, 20, 1), "max_parts": (2, 6, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
@@ -64,9 +64,9 @@ LABELS: dict[str, str] = {
     "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
     "hhem_model": "HHEM model", "support_threshold": "threshold", "judge_spans": "judge spans", "max_corrections": "max retries",
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
-    "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥",
+    "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
 }
-NOT_A_CONTROL = ("route_policy",)  # a dict per route: edit it in code or YAML
+NOT_A_CONTROL = ("route_policy", "sql_tables")  # a dict per route: edit it in code or YAML
 # ipywidgets reads a Dropdown value of None as "nothing selected" (the box looks empty), so the
 # judge's per-model calibrated threshold is this sentinel in the widget and None in Features.
 CALIBRATED = "calibrated"
