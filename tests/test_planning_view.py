@@ -1,0 +1,38 @@
+"""What notebook 08 shows: the planning tables and chart, as pure functions of a result or planning.json."""
+
+from types import SimpleNamespace
+
+from ragkit.ui.planning_view import hops_html, parts_html, planning_bars, planning_rows, sql_html
+
+PLANNING = {
+    "two_part": {"qwen2.5-coder-0.5b": {
+        "plain": {"n": 200, "parts_answered": 0.18, "both_answered": 0.0, "part_f1": 0.18, "split": 0, "llm_calls": 1, "p50_s": 1.3},
+        "decompose": {"n": 200, "parts_answered": 0.49, "both_answered": 0.24, "part_f1": 0.49, "split": 1, "llm_calls": 2, "p50_s": 2.0},
+        "decompose_over_plain_p50": 1.5,
+    }},
+    "bridge": {}, "sql": {}, "budget_violations": 0,
+}
+
+
+def result(**details):
+    return SimpleNamespace(details=details)
+
+
+def test_parts_hops_and_sql_are_tables_with_escaped_text():
+    parts = parts_html(result(parts=[{"question": "Where was <b>Tesla</b> born?", "answer": "Smiljan [1]", "symbol": "●", "confidence": 0.73}]))
+    assert "Smiljan [1]" in parts and "&lt;b&gt;Tesla" in parts and "● 0.73" in parts
+    hops = hops_html(result(multi_hop={"exit_reason": "sufficient", "query": "q", "hops": [
+        {"iteration": 0, "evidence": "Brazil is second after the United States.", "p_sufficient": 0.2, "bridge": "the United States", "query": "the United States year emigrate", "new_documents": 3},
+        {"iteration": 1, "evidence": "Tesla emigrated to the United States in 1884.", "p_sufficient": 0.8}]}))
+    assert "the United States year emigrate" in hops and "<b>sufficient</b>" in hops
+    sql = sql_html(result(sql={"sql": "SELECT COUNT(*) FROM cars WHERE Origin = 'Japan'", "rows": [[79]], "ok": True, "error": None}))
+    assert "SELECT COUNT(*)" in sql and "79" in sql and "ran" in sql
+    assert "not split" in parts_html(result()) and "did not run" in hops_html(result()) and "not asked" in sql_html(result())
+
+
+def test_the_measured_rows_and_chart():
+    rows = planning_rows(PLANNING)
+    assert [r["configuration"] for r in rows] == ["plain", "decompose"] and rows[1]["parts answered"] == "49%"
+    fig = planning_bars(PLANNING)
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert "18%" in labels and "49%" in labels
