@@ -115,7 +115,7 @@ def call_budget(f: Features) -> int:
 def hops_made(result) -> list[int]:
     """Follow-up retrievals per answered part (or of the question)."""
     parts = result.details.get("parts") or [{"details": result.details}]
-    return [len([h for h in ((p.get("details") or {}).get("multi_hop") or {}).get("hops", []) if h.get("query")]) for p in parts]
+    return [len([h for h in ((p.get("details") or {}).get("multi_hop") or {}).get("hops", []) if "new_documents" in h]) for p in parts]
 
 
 def summarize(rows: list[dict]) -> dict:

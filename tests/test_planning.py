@@ -131,3 +131,15 @@ def test_a_single_question_is_answered_as_without_planning(sample_index, fast_co
     plain = make(sample_index, fast_config, Features(answer_mode="free"), ScriptedLLM()).ask("Where was Nikola Tesla born?")
     assert planned.answer == plain.answer and planned.confidence == pytest.approx(plain.confidence)
     assert [d.id for d in planned.sources] == [d.id for d in plain.sources]
+
+
+def test_sentence_vectors_are_prepared_for_a_decomposed_graph_with_reranking(sample_index, fast_config):
+    """The reranker sits inside the per-part graph: preparing its sentence vectors must still work."""
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
+
+    rag = AgenticRAG(Features(decompose=True, rerank=True), config=fast_config, index=sample_index, generator=MockChatGenerator(responses="Smiljan"))
+    assert "rerank" not in rag.pipeline.graph.nodes
+    assert rag.prepare_sentence_vectors()["cached"] > 0

@@ -107,7 +107,8 @@ class AgenticRAG:
     def prepare_sentence_vectors(self, progress: bool = False) -> dict[str, int]:
         """Embed every sentence of the index once for the bi-encoder reranker (kept next to a saved
         index, so later processes only load them); runs on the first reranked question."""
-        reranker = self.pipeline.get_component("rerank") if self.features.rerank else Reranker(backend="bi-encoder")
+        # a decomposed graph keeps its reranker inside the per-part graph; the sentence cache is per process, so any bi-encoder fills it
+        reranker = self.pipeline.get_component("rerank") if "rerank" in self.pipeline.graph.nodes else Reranker(backend="bi-encoder")
         reranker.warm_up()
         cache = reranker.sentence_cache()
         path = SentenceVectorCache.file_for(self.index.path, cache.embedder_model) if self.index.path else None
