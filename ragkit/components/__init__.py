@@ -17,6 +17,7 @@ _COMPONENTS = {
     "PerPartAnswerer": "ragkit.components.per_part",
     "QueryDecomposer": "ragkit.components.query_decomposer",
     "SqlAnswerer": "ragkit.components.sql_answerer",
+    "TextToolCallGenerator": "ragkit.components.text_tool_calls",
     "TokenChunker": "ragkit.components.token_chunker",
 }
 __all__ = list(_COMPONENTS)

@@ -1,0 +1,147 @@
+"""Agent mode vs the fixed workflow: does letting the small model decide when to search help?
+
+Two configurations, asked question-major in one process with a cold llama.cpp prompt cache per
+question (:func:`planning.ask_all`), on the same sets as ``bench/planning.py``:
+
+``plain``  ragkit's engine, ``AgenticRAG(Features())``: one retrieval, one answer (the fixed workflow);
+``agent``  ``AgentRAG`` (:mod:`ragkit.pipeline.agent_mode`): Haystack's ``Agent`` with the ``search``
+           tool (``--tools search,sql`` adds ``count_cars``), at most ``--max-agent-steps`` LLM calls;
+           the model decides whether and what to search.
+
+Sets: ``bridge`` — the hand-written two-hop questions over ``sample_docs/`` (``bench/data/bridge_questions.jsonl``,
+``--split test``); ``two_part`` — ``--questions N`` two-part questions from SQuAD v1.1 dev
+(:func:`planning.two_part_questions`, same seed, so the same questions as planning.py's run with the
+same N). Scoring is planning.py's: a part is answered when SQuAD F1 ≥ 0.5 against the whole answer.
+
+Written to ``bench/results/planning.json`` under ``<set>/<model>/agent`` (read, update, write; nothing
+else is replaced): ``n, parts_answered, both_answered, part_f1, split, llm_calls, p50_s`` as planning.py
+reports them, plus the tool use — ``searched`` (share of questions with at least one successful
+search), ``tool_calls`` (mean per question), ``exit_reasons``, ``unparsed_tool_calls`` (replies that
+tried a tool call that could not be read), ``tool_call_formats`` — the call budget and its violations
+(LLM calls over ``AgentRAG.call_budget``: asserted 0), and this run's ``plain`` figures with
+``agent_over_plain_p50`` / ``agent_over_plain_parts`` (ratios within this one run). Per-question rows go to
+``rows/<set>/<model>/agent``.
+
+What the 0.5B model did with tools when this was built (a probe of two questions, not a measurement):
+llama-cpp-python never returned structured ``tool_calls`` (its chat-template handler parses none
+unless one tool is forced); the model wrote the call as a fenced ```json block, not in Qwen's
+``<tool_call>`` tags, and only with some system prompts — with others it answered "[1]", echoed the
+tool's schema, or answered without searching. The numbers this script writes are the measurement.
+
+    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --questions 200
+    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --sets bridge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+
+from answer_quality import SETS
+from planning import BRIDGE, OUT, ask_all, summarize, two_part_questions
+from squad_common import CACHE, ROOT, run_facts
+
+from ragkit.config import ModelConfig, RagConfig
+from ragkit.pipeline.features import Features
+
+
+class Recorded:
+    """An ``ask``-able that keeps every result, so the tool use can be read after ``ask_all``."""
+
+    def __init__(self, rag):
+        self.rag, self.features, self.results = rag, rag.features, []
+
+    def ask(self, question: str):
+        result = self.rag.ask(question)
+        self.results.append(result)
+        return result
+
+
+def load_set(name: str, args):
+    from ragkit.eval.experiments import index_documents, load_squad_corpus
+    from ragkit.index.indexer import build_index
+    from ragkit.index.store import RagIndex
+
+    if name == "bridge":
+        index_dir = CACHE / "sample_docs_index"
+        if not (index_dir / "manifest.json").exists() and not index_dir.exists():
+            build_index(ROOT / "sample_docs", index_dir, RagConfig(), progress=False)
+        items = [q for q in map(json.loads, BRIDGE.read_text().splitlines()) if q["split"] == args.split or args.split == "all"]
+        return RagIndex.load(index_dir), items
+    docs, questions = load_squad_corpus(SETS["squad_dev"])
+    return index_documents(docs, CACHE / "squad_dev_index_all-MiniLM-L6-v2"), two_part_questions(questions, args.questions)
+
+
+def tool_use(rows: list[dict], results: list, budget: int) -> dict:
+    for row, result in zip(rows, results):
+        stats = result.details.get("agent_stats") or {}
+        row.update({
+            "exit_reason": result.exit_reason, "tool_calls": stats.get("tool_calls", 0), "searched": bool(stats.get("searched")),
+            "unparsed_tool_calls": stats.get("unparsed_tool_calls", 0), "tool_call_formats": stats.get("tool_call_formats", {}),
+            "agent": result.details.get("agent", []), "error": result.error,
+            "over_budget": row["llm_calls"] > budget,  # planning's call_budget knows Features only
+        })
+    formats = Counter()
+    for row in rows:
+        formats.update(row["tool_call_formats"])
+    return {
+        "searched": round(statistics.mean(r["searched"] for r in rows), 4),
+        "tool_calls": round(statistics.mean(r["tool_calls"] for r in rows), 2),
+        "unparsed_tool_calls": sum(r["unparsed_tool_calls"] for r in rows),
+        "tool_call_formats": dict(formats), "exit_reasons": dict(Counter(r["exit_reason"] for r in rows)),
+        "call_budget": budget, "budget_violations": sum(r["over_budget"] for r in rows),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--questions", type=int, default=200, help="two-part questions")
+    parser.add_argument("--sets", default="bridge,two_part")
+    parser.add_argument("--split", default="test", help="bridge split: dev | test | all")
+    parser.add_argument("--max-agent-steps", type=int, default=4)
+    parser.add_argument("--tools", default="search", help="search or search,sql")
+    args = parser.parse_args()
+    from ragkit.llm.generators import build_chat_generator
+    from ragkit.pipeline.agent_mode import AgentRAG
+    from ragkit.pipeline.engine import AgenticRAG
+
+    generator = build_chat_generator(ModelConfig(llm=args.model))
+    generator.warm_up()
+    config = RagConfig(models=ModelConfig(llm=args.model))
+    tools = tuple(t.strip() for t in args.tools.split(",") if t.strip())
+    printed, violations = {}, 0
+    for section in [s.strip() for s in args.sets.split(",") if s.strip()]:
+        index, items = load_set(section, args)
+        agent = AgentRAG(index=index, config=config, generator=generator, max_agent_steps=args.max_agent_steps, tools=tools)
+        rags = {"plain": AgenticRAG(Features(), config=config, generator=generator, index=index), "agent": Recorded(agent)}
+        for rag in rags.values():  # one-time work (model load, embedder, tables) outside every timing
+            rag.ask("Warm-up question: when was the Eiffel Tower finished?")
+        rags["agent"].results.clear()
+        rows = ask_all(rags, items, generator, f"agent mode {section} {args.model}")
+        use = tool_use(rows["agent"], rags["agent"].results, agent.call_budget)
+        violations += use["budget_violations"]
+        plain, agent_summary = summarize(rows["plain"]), summarize(rows["agent"])
+        entry = {
+            **agent_summary, **use, "max_agent_steps": args.max_agent_steps, "tools": list(tools),
+            "plain_same_run": plain,
+            "agent_over_plain_p50": round(agent_summary["p50_s"] / plain["p50_s"], 3),
+            "agent_over_plain_parts": round(agent_summary["parts_answered"] / max(plain["parts_answered"], 1e-9), 3),
+            "command": "python bench/agent_mode.py " + " ".join(sys.argv[1:]),
+        }
+        data = json.loads(OUT.read_text()) if OUT.exists() else {}
+        data.setdefault(section, {}).setdefault(args.model, {})["agent"] = entry
+        data.setdefault("rows", {}).setdefault(section, {}).setdefault(args.model, {})["agent"] = rows["agent"]
+        data.setdefault("agent_run", {})[f"{section}/{args.model}"] = run_facts()
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        printed[section] = {"plain": plain, "agent": {k: v for k, v in entry.items() if k != "plain_same_run"}}
+    print(json.dumps(printed, indent=1))
+    assert violations == 0, f"{violations} agent questions made more LLM calls than AgentRAG.call_budget"
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
