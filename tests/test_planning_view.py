@@ -36,3 +36,8 @@ def test_the_measured_rows_and_chart():
     fig = planning_bars(PLANNING)
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert "18%" in labels and "49%" in labels
+
+
+def test_an_empty_section_draws_a_note_not_an_error():
+    fig = planning_bars({"two_part": {}, "bridge": {}}, "two_part")
+    assert "no two_part run" in fig.axes[0].texts[0].get_text()

@@ -77,6 +77,10 @@ def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | 
     ax = fig.subplots()
     models = list((data.get(section) or {}).keys())
     configs = [c for c in CONFIG_ORDER if any(isinstance(data[section][m].get(c), dict) for m in models)]
+    if not configs:  # nothing committed for this section yet: say so on the axes, not with an error
+        ax.text(0.5, 0.5, f"no {section} run in planning.json yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
     width = 0.8 / max(len(configs), 1)
     for j, config in enumerate(configs):
         xs, ys = [], []
