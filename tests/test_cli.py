@@ -52,7 +52,7 @@ def test_ask_with_every_agentic_feature_prints_confidence_route_and_trace(sample
     assert out["route"] == "FACTUAL" and out["symbol"] in "●◐○" and 0 <= out["confidence"] <= 1
     stages = [row["stage"] for row in out["trace"]]
     assert {"router", "route_policy", "retrieve", "rerank", "grade", "context_check", "answer", "hallucination", "confidence"} <= set(stages)
-    assert out["exit_reason"] in ("supported", "max_corrections", "unsupported_span", "unknown")
+    assert out["exit_reason"] in ("supported", "max_corrections", "unsupported_span", "span_copied", "unknown")
 
 
 def test_pipeline_prints_the_graph_the_features_compile_to_as_mermaid(capsys, tmp_path):
