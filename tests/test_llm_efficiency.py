@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 def test_all_features_reuse_the_sources_prefix(sample_index, fast_config, local_llm):
     local_llm._model.reset()  # a cold cache, so every reused token was put there by this question
-    rag = AgenticRAG(Features.all_on(), config=fast_config, index=sample_index, generator=local_llm)
+    # judge_spans: the judge also checks the copied span (by default a verbatim span skips it, see the next test)
+    rag = AgenticRAG(Features.all_on(judge_spans=True), config=fast_config, index=sample_index, generator=local_llm)
     result = rag.ask("Where was Nikola Tesla born?")
     trace = result.trace
     assert result.answer and result.route == "FACTUAL" and trace.llm_calls <= 4 + 2 * result.corrections
@@ -29,6 +30,14 @@ def test_all_features_reuse_the_sources_prefix(sample_index, fast_config, local_
     assert judge.prompt_tokens_reused > 0.6 * judge.prompt_tokens
     assert trace.prompt_tokens_evaluated == trace.prompt_tokens - trace.prompt_tokens_reused
     assert trace.prompt_tokens_evaluated < trace.prompt_tokens
+
+
+def test_by_default_a_copied_span_costs_no_judge_call(sample_index, fast_config, local_llm):
+    rag = AgenticRAG(Features.all_on(), config=fast_config, index=sample_index, generator=local_llm)
+    result = rag.ask("Where was Nikola Tesla born?")
+    judge = result.trace.step("hallucination")
+    assert result.answer_mode == "grounded" and judge.llm_calls == 0 and judge.prompt_tokens == 0
+    assert judge.decision.get("judged") == "no: verbatim span" and result.exit_reason == "span_copied"
 
 
 GRADING_CASES = [
