@@ -44,13 +44,11 @@ from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.injection_guard import InjectionGuard
 from ragkit.eval.metrics import content_words, strip_citations
 from ragkit.index.store import RagIndex
-from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import NO_ANSWER, context_messages
-from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, llm_error, parse_choice
+from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
 from ragkit.pipeline.trace import record
 
 EXIT_REASONS = ("sufficient", "max_iterations", "no_new_query", "budget", "check_failed")
-YES_NO = {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]}
 
 
 def sufficiency_task(question: str) -> str:
@@ -107,7 +105,6 @@ class MultiHopReasoner:
         self._selector = EvidenceSelector(index=index, index_path=index_path, embedder=embedder)
         self._span = GuardedGenerator(generator=generator, max_tokens=24, step="bridge", answer_mode="grounded")
         self._guard = InjectionGuard()
-        self._probe = probe_for(generator) if LlamaProbe.supports(generator) else None
 
     def warm_up(self) -> None:
         self._retriever.warm_up()
@@ -130,15 +127,7 @@ class MultiHopReasoner:
     def _sufficient(self, question: str, evidence: list[Document]) -> float:
         """P(the evidence states the answer); raises on an unusable reply."""
         messages = context_messages(evidence, sufficiency_task(question), numbers=[int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)])
-        if self._probe is not None:
-            p_yes = self._probe.choice_probs(messages, YES_NO)["yes"]
-            record(llm_calls=1)  # one forward pass over the evidence (call_llm counts the other calls itself)
-            return p_yes
-        kwargs = {**choice_constraint(self.generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
-        reply = call_llm(self.generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step="sufficiency")
-        if not reply.ok:
-            raise RuntimeError(reply.error)
-        return 1.0 if reply.value == "yes" else 0.0
+        return yes_probability(self.generator, messages, step="sufficiency")
 
     def _bridge(self, question: str, documents: list[Document], evidence: list[Document]) -> str:
         numbers = [int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)]

@@ -35,15 +35,13 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from ragkit.components.query_router import route_by_rules
-from ragkit.llm.probe import LlamaProbe, probe_for
-from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, llm_error, parse_choice
+from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
 from ragkit.pipeline.trace import record
 
 GATE_BACKENDS = ("rules", "llm")
 # Talk to the assistant itself, on top of the router's SIMPLE patterns (which only know bare greetings)
 _SMALL_TALK = re.compile(r"^\s*(hi|hello|hey)\s+(there|again|everyone)\b[\s!.?]*$|\bhow are you\b|\bwho are you\b|\bwhat can you do\b|^\s*(thanks|thank you)\b.*[!.]?\s*$", re.I)
 GATE_SYSTEM = "You decide whether a question needs facts from the user's documents (articles, manuals, notes) to be answered."
-YES_NO = {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]}
 
 
 def gate_task(question: str) -> str:
@@ -61,7 +59,6 @@ class RetrievalGate:
         if not 0 <= threshold <= 1:
             raise ValueError("threshold must be in [0, 1]")
         self.backend, self.generator, self.threshold, self.prompt = backend, generator, threshold, prompt
-        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
 
     def warm_up(self) -> None:
         if self.backend == "llm" and hasattr(self.generator, "warm_up"):
@@ -76,15 +73,7 @@ class RetrievalGate:
 
     def _p_needs_documents(self, question: str) -> float:
         messages = [ChatMessage.from_system(self.prompt or GATE_SYSTEM), ChatMessage.from_user(gate_task(question))]
-        if self._probe is not None:
-            p_yes = self._probe.choice_probs(messages, YES_NO)["yes"]
-            record(llm_calls=1)
-            return p_yes
-        kwargs = {**choice_constraint(self.generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
-        reply = call_llm(self.generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step="gate")
-        if not reply.ok:
-            raise RuntimeError(reply.error)
-        return 1.0 if reply.value == "yes" else 0.0
+        return yes_probability(self.generator, messages, step="gate")
 
     @component.output_types(search_query=str, direct_query=str, gate=dict)
     def run(self, query: str) -> dict[str, Any]:

@@ -92,6 +92,24 @@ def choice_constraint(generator: Any, labels: list[str]) -> dict[str, Any]:
     return {}
 
 
+YES_NO_WORDS = {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]}
+
+
+def yes_probability(generator: Any, messages: list[ChatMessage], step: str) -> float:
+    """P(yes) for a yes/no question: with llama.cpp one forward pass, read from the next-token
+    distribution (traced as one LLM call); other backends give a yes/no reply under a constraint, so
+    1.0 or 0.0. Raises RuntimeError with the reason on an unusable reply (the caller decides the fallback)."""
+    if LlamaProbe.supports(generator):
+        p_yes = probe_for(generator).choice_probs(messages, YES_NO_WORDS)["yes"]
+        record(llm_calls=1)
+        return p_yes
+    kwargs = {**choice_constraint(generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
+    reply = call_llm(generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step=step)
+    if not reply.ok:
+        raise RuntimeError(reply.error)
+    return 1.0 if reply.value == "yes" else 0.0
+
+
 def parse_choice(text: str, labels: list[str]) -> str:
     """The label in ``text`` (bare, quoted, or as {"label": …}); ValueError if there is none or several."""
     stripped = text.strip().strip("`").strip()
