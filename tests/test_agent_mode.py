@@ -65,10 +65,14 @@ def test_a_chunk_keeps_its_number_across_searches(sample_index, fast_config):
     assert result.exit_reason == "answered" and len(result.details["agent"]) == 2
     ids = [d.id for d in result.sources]
     assert len(ids) == len(set(ids)) and 3 <= len(ids) <= 6
-    second = tool_turns(seen[2])[-1].tool_call_result.result
-    for line in second.splitlines()[:-1]:  # the last line is the citation hint
-        number = int(line[1:line.index("]")])
+    def numbered(result_text):  # "[n] (title) text" lines -> {text: n}; the last line is the citation hint
+        return {line[line.index("]") + 1:]: int(line[1:line.index("]")]) for line in result_text.splitlines()[:-1]}
+
+    first, second = (numbered(tool_turns(seen[i])[-1].tool_call_result.result) for i in (1, 2))
+    assert first and second and set(first) & set(second)  # the two queries share chunks
+    for text, number in second.items():
         assert 1 <= number <= len(result.sources)
+        assert first.get(text, number) == number  # a chunk both searches found has the same number in each
 
 
 def test_max_agent_steps_bounds_a_model_that_keeps_calling_tools(sample_index, fast_config):

@@ -167,6 +167,13 @@ def build_pipeline(
     pipe = Pipeline(max_runs_per_component=1)
     inputs: dict[str, list[str]] = {"question": ["retrieve.query", "confidence.question"], "top_k": [], "answer_mode": []}
 
+    def takes_top_k(socket: str) -> None:
+        """``top_k`` from the route's policy with routing on, else from the caller."""
+        if f.routing:
+            pipe.connect("route_policy.top_k", socket)
+        else:
+            inputs["top_k"].append(socket)
+
     # -- which question reaches retrieval, and how it is embedded --------------------------------
     embedding_senders: list[str] = []
     if f.routing:
@@ -197,14 +204,12 @@ def build_pipeline(
         pipe.connect("query_embedding.value", "retrieve.query_embedding")
     elif embedding_senders:
         pipe.connect(embedding_senders[0], "retrieve.query_embedding")
+    takes_top_k("retrieve.top_k")
     if f.routing:
-        pipe.connect("route_policy.top_k", "retrieve.top_k")
         if "embed" in pipe.graph.nodes:
             pipe.connect("route_policy.search_query", "embed.text")
         if "hyde" in pipe.graph.nodes:
             pipe.connect("route_policy.hyde_query", "hyde.query")
-    else:
-        inputs["top_k"].append("retrieve.top_k")
 
     # -- guard, rerank, grade, and whether anything is left to answer from ---------------------------
     last = "retrieve.documents"
@@ -216,10 +221,7 @@ def build_pipeline(
         pipe.add_component("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=generator if f.rerank_backend == "llm" else None))
         pipe.connect(last, "rerank.documents")
         inputs["question"].append("rerank.query")
-        if f.routing:
-            pipe.connect("route_policy.top_k", "rerank.top_k")
-        else:
-            inputs["top_k"].append("rerank.top_k")
+        takes_top_k("rerank.top_k")
         last = "rerank.documents"
     if f.grading:
         pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
@@ -243,10 +245,7 @@ def build_pipeline(
         ))
         pipe.connect(context, "multi_hop.documents")
         inputs["question"].append("multi_hop.question")
-        if f.routing:
-            pipe.connect("route_policy.top_k", "multi_hop.top_k")
-        else:
-            inputs["top_k"].append("multi_hop.top_k")
+        takes_top_k("multi_hop.top_k")
         context = "multi_hop.documents"
 
     # -- answer, check and correct, confidence ----------------------------------------------------
