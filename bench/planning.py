@@ -107,6 +107,10 @@ def call_budget(f: Features) -> int:
         per_part += 1 + 2 * corrections
     if f.multi_hop:
         per_part += f.hop_llm_calls
+    if f.fallback:
+        per_part += f.fallback_llm_calls
+    if getattr(f, "expand", False) and f.expand_backend == "llm":
+        per_part += 1
     if not f.decompose:
         return per_part
     return f.max_parts * per_part + (1 if f.decomposer_backend != "rules" else 0)

@@ -41,3 +41,16 @@ def test_the_measured_rows_and_chart():
 def test_an_empty_section_draws_a_note_not_an_error():
     fig = planning_bars({"two_part": {}, "bridge": {}}, "two_part")
     assert "no two_part run" in fig.axes[0].texts[0].get_text()
+
+
+def test_fallback_html_lists_each_attempt_escaped():
+    from types import SimpleNamespace
+
+    from ragkit.ui.planning_view import fallback_html
+
+    fb = {"check": "coverage", "initial": {"coverage": 0.2}, "exit_reason": "recovered", "attempts": [
+        {"strategy": "sparse", "why": "question-term coverage 0.2 < 0.6", "new_documents": 3, "after": {"coverage": 0.9}, "result": "sufficient"},
+        {"strategy": "hyde", "why": "<script>", "result": "failed", "error": "HyDE wrote no passage"}]}
+    shown = fallback_html(SimpleNamespace(details={"fallback": fb}))
+    assert "coverage 0.2 &lt; 0.6" in shown and "&lt;script&gt;" in shown and "<b>recovered</b>" in shown and "HyDE wrote no passage" in shown
+    assert "did not run" in fallback_html(SimpleNamespace(details={}))

@@ -9,10 +9,13 @@ import importlib
 _COMPONENTS = {
     "AnswerModeSelector": "ragkit.components.answer_mode",
     "BM25sRetriever": "ragkit.components.sparse_retriever",
+    "CollectionSelector": "ragkit.components.collection_selector",
     "FaissRetriever": "ragkit.components.dense_retriever",
     "GuardedGenerator": "ragkit.components.guarded_generator",
     "HybridScoreJoiner": "ragkit.components.score_fusion",
     "IndexRetriever": "ragkit.components.index_retriever",
+    "IntentFilter": "ragkit.components.intent_filter",
+    "KeywordExpander": "ragkit.components.query_expander",
     "MultiHopReasoner": "ragkit.components.multi_hop",
     "PerPartAnswerer": "ragkit.components.per_part",
     "QueryDecomposer": "ragkit.components.query_decomposer",

@@ -5,11 +5,15 @@ Usage::
     from ragkit.components import FaissRetriever
     retriever = FaissRetriever(index_path=".ragkit/index", top_k=5)
     retriever.run(query_embedding=vector)["documents"]   # Documents with cosine .score
+    retriever.run(query_embedding=vector, filters={"collection": ["wiki"]})   # only that collection's chunks
+
+``filters`` is ragkit's metadata filter (:mod:`ragkit.index.filters`): FAISS searches only the
+chunks it admits, so up to ``top_k`` of them come back whenever that many match.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
@@ -38,5 +42,5 @@ class FaissRetriever:
         return default_from_dict(cls, data)
 
     @component.output_types(documents=list[Document])
-    def run(self, query_embedding: list[float], top_k: int | None = None) -> dict[str, list[Document]]:
-        return {"documents": self._handle.get().dense_search(query_embedding, top_k or self.top_k)}
+    def run(self, query_embedding: list[float], top_k: int | None = None, filters: Optional[dict] = None) -> dict[str, list[Document]]:
+        return {"documents": self._handle.get().dense_search(query_embedding, top_k or self.top_k, filters=filters)}

@@ -42,7 +42,7 @@ def _nonempty(text: str) -> str:
 
 @component
 class HyDEEmbedder:
-    def __init__(self, generator: Any, embedder_model: str = "all-MiniLM-L6-v2", n_passages: int = 1, max_tokens: int = 80, cache_size: int = 1024):
+    def __init__(self, generator: Any, embedder_model: str = "all-MiniLM-L6-v2", n_passages: int = 1, max_tokens: int = 80, cache_size: int = 1024, prompt: Optional[str] = None):
         if n_passages < 1:
             raise ValueError("n_passages must be at least 1")
         self.generator = generator
@@ -50,7 +50,8 @@ class HyDEEmbedder:
         self.n_passages = n_passages
         self.max_tokens = max_tokens
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
+        self.prompt = prompt  # the system prompt (HYDE_SYSTEM when None)
+        self._cache: OrderedDict[tuple, list[str]] = OrderedDict()
         self._embedder = None
 
     def warm_up(self) -> None:
@@ -64,7 +65,7 @@ class HyDEEmbedder:
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
             self, generator=generator_to_dict(self.generator), embedder_model=self.embedder_model,
-            n_passages=self.n_passages, max_tokens=self.max_tokens, cache_size=self.cache_size,
+            n_passages=self.n_passages, max_tokens=self.max_tokens, cache_size=self.cache_size, prompt=self.prompt,
         )
 
     @classmethod
@@ -73,7 +74,7 @@ class HyDEEmbedder:
 
     def passages(self, query: str) -> tuple[list[str], list[str]]:
         """(passages, errors) for ``query``, from the cache when possible."""
-        key = (query, _model_name(self.generator), self.n_passages)
+        key = (query, _model_name(self.generator), self.n_passages, self.prompt)
         if key in self._cache:
             self._cache.move_to_end(key)
             record(decision={"hyde_cache": "hit"})
@@ -82,7 +83,7 @@ class HyDEEmbedder:
         for i in range(self.n_passages):
             # Different seeds give different passages; temperature 0 would repeat the first one.
             kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0 if i == 0 else 0.7, "seed": i}
-            reply = call_llm(self.generator, [ChatMessage.from_system(HYDE_SYSTEM), ChatMessage.from_user(query)], _nonempty, kwargs, step="hyde")
+            reply = call_llm(self.generator, [ChatMessage.from_system(self.prompt or HYDE_SYSTEM), ChatMessage.from_user(query)], _nonempty, kwargs, step="hyde")
             if reply.ok:
                 passages.append(reply.value)
             else:

@@ -9,12 +9,17 @@ auto-merging for hierarchical indexes); this component adds the pipeline sockets
 
 ``sparse_weight`` is BM25's weight in that fusion (0.5 by default).
 ``candidates`` > ``top_k`` retrieves deeper for a reranker downstream (which then keeps ``top_k``).
+``filters`` (optional input; :mod:`ragkit.index.filters`, e.g. from
+:class:`~ragkit.components.collection_selector.CollectionSelector` or
+:class:`~ragkit.components.intent_filter.IntentFilter`) restricts retrieval to the chunks whose
+metadata match: ``{"collection": ["wiki"], "file_type": ["pdf"]}``, AND across keys, OR within a list.
 
 Usage::
 
     retriever = IndexRetriever(index_path=".ragkit/index", mode="hybrid")
     out = retriever.run(query="Where was Tesla born?", top_k=3, query_embedding=vector)
     out["documents"], out["signals"]
+    retriever.run(query="Where was Tesla born?", top_k=3, filters={"collection": ["wiki"]})
 """
 
 from __future__ import annotations
@@ -71,12 +76,17 @@ class IndexRetriever:
         return default_from_dict(cls, data)
 
     @component.output_types(documents=list[Document], signals=dict)
-    def run(self, query: str, top_k: int, query_embedding: Optional[list[float]] = None) -> dict[str, Any]:
+    def run(
+        self, query: str, top_k: int, query_embedding: Optional[list[float]] = None, filters: Optional[dict] = None, sparse_queries: Optional[list[str]] = None,
+    ) -> dict[str, Any]:
         # `top_k` is mandatory on purpose: in a routed graph it arrives only on a retrieving branch,
         # so retrieval never runs on the router's no-retrieval branch.
         self.warm_up()
         # Without an embedding (none computed, or HyDE's step failed) a dense or hybrid retriever
         # embeds the question itself; sparse needs none.
-        found = self._retriever.retrieve(query, top_k=max(self.candidates, top_k), mode=self.mode, query_embedding=query_embedding)
+        found = self._retriever.retrieve(
+            query, top_k=max(self.candidates, top_k), mode=self.mode, query_embedding=query_embedding, filters=filters or None,
+            sparse_queries=sparse_queries if self.mode != "dense" else None,
+        )
         documents = found.documents if self.candidates else found.documents[:top_k]
         return {"documents": documents, "signals": found.signals}

@@ -88,6 +88,7 @@ class MultiHopReasoner:
         max_llm_calls: int = 4,
         threshold: float = 0.5,
         evidence_sentences: int = 2,
+        prompt: str | None = None,
     ):
         if max_iterations < 1 or max_llm_calls < 1 or not 0 <= threshold <= 1 or evidence_sentences < 1:
             raise ValueError("max_iterations and max_llm_calls must be >= 1, evidence_sentences >= 1, threshold in [0, 1]")
@@ -100,6 +101,9 @@ class MultiHopReasoner:
         self.max_llm_calls = max_llm_calls
         self.threshold = threshold
         self.evidence_sentences = evidence_sentences
+        if prompt is not None and "{question}" not in prompt:
+            raise ValueError("the sufficiency prompt needs a {question} placeholder")
+        self.prompt = prompt  # the sufficiency task after the sources (sufficiency_task when None)
         extra = {"sparse_weight": sparse_weight} if sparse_weight is not None else {}
         self._retriever = IndexRetriever(index=index, index_path=index_path, mode=retrieval_mode, embedder=embedder, **extra)
         self._selector = EvidenceSelector(index=index, index_path=index_path, embedder=embedder)
@@ -116,7 +120,7 @@ class MultiHopReasoner:
         return default_to_dict(
             self, generator=generator_to_dict(self.generator), index_path=self.index_path, retrieval_mode=self.retrieval_mode,
             embedder=self.embedder, sparse_weight=self.sparse_weight, max_iterations=self.max_iterations,
-            max_llm_calls=self.max_llm_calls, threshold=self.threshold, evidence_sentences=self.evidence_sentences,
+            max_llm_calls=self.max_llm_calls, threshold=self.threshold, evidence_sentences=self.evidence_sentences, prompt=self.prompt,
         )
 
     @classmethod
@@ -126,7 +130,7 @@ class MultiHopReasoner:
     # -- the two LLM questions ----------------------------------------------------------------------
     def _sufficient(self, question: str, evidence: list[Document]) -> float:
         """P(the evidence states the answer); raises on an unusable reply."""
-        messages = context_messages(evidence, sufficiency_task(question), numbers=[int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)])
+        messages = context_messages(evidence, self.prompt.format(question=question) if self.prompt else sufficiency_task(question), numbers=[int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)])
         return yes_probability(self.generator, messages, step="sufficiency")
 
     def _bridge(self, question: str, documents: list[Document], evidence: list[Document]) -> str:

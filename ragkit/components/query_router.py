@@ -99,6 +99,7 @@ class QueryRouter:
         generator: Any = None,
         embedder_model: str = "all-MiniLM-L6-v2",
         prototypes: dict[str, list[str]] | None = None,
+        prompt: str | None = None,
     ):
         if backend not in ("rules", "embedding", "llm"):
             raise ValueError(f"backend must be rules, embedding or llm, not {backend!r}")
@@ -108,6 +109,7 @@ class QueryRouter:
         self.generator = generator
         self.embedder_model = embedder_model
         self.prototypes = prototypes or PROTOTYPES
+        self.prompt = prompt  # the llm backend's system prompt (ROUTER_SYSTEM when None); the reply is still one of ROUTES
         if set(self.prototypes) != set(ROUTES):
             raise ValueError(f"prototypes must have exactly the labels {ROUTES}")
         self._embedder = None
@@ -135,6 +137,7 @@ class QueryRouter:
             generator=generator_to_dict(self.generator),
             embedder_model=self.embedder_model,
             prototypes=self.prototypes if self.prototypes is not PROTOTYPES else None,
+            prompt=self.prompt,
         )
 
     @classmethod
@@ -157,7 +160,7 @@ class QueryRouter:
         elif self.backend == "embedding":
             route, routing["scores"] = self._embedding_route(query)
         else:
-            messages = [ChatMessage.from_system(ROUTER_SYSTEM), ChatMessage.from_user(query)]
+            messages = [ChatMessage.from_system(self.prompt or ROUTER_SYSTEM), ChatMessage.from_user(query)]
             reply = call_llm(
                 self.generator, messages, lambda text: parse_choice(text, ROUTES),
                 generation_kwargs={**choice_constraint(self.generator, ROUTES), "max_tokens": 8, "temperature": 0.0},

@@ -5,11 +5,15 @@ Usage::
     from ragkit.components import BM25sRetriever
     retriever = BM25sRetriever(index_path=".ragkit/index", top_k=5)
     retriever.run(query="Where was Tesla born?")["documents"]   # Documents with BM25 .score
+    retriever.run(query="Where was Tesla born?", filters={"file_type": ["pdf"]})   # only PDF chunks
+
+``filters`` is ragkit's metadata filter (:mod:`ragkit.index.filters`): bm25s scores only the chunks
+it admits (a weight mask), so the best ``top_k`` of them come back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
@@ -38,5 +42,5 @@ class BM25sRetriever:
         return default_from_dict(cls, data)
 
     @component.output_types(documents=list[Document])
-    def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-        return {"documents": self._handle.get().sparse_search(query, top_k or self.top_k)}
+    def run(self, query: str, top_k: int | None = None, filters: Optional[dict] = None) -> dict[str, list[Document]]:
+        return {"documents": self._handle.get().sparse_search(query, top_k or self.top_k, filters=filters)}

@@ -12,6 +12,13 @@ first folder indexed, or the folder of the first file) and names every file by i
 to it, or by its absolute path when outside it. ``ragkit index docs`` then ``ragkit index
 docs/wiki`` both call a file ``wiki/Rhine.md``. An index from before roots were recorded gets the
 folder its sources are found under. ``dry_run`` reports what would change and changes nothing.
+
+Collections: ``collection="wiki"`` puts every file indexed this time in that collection (its
+chunks and parents get ``meta["collection"]``); a file already indexed, unchanged, in another
+collection is moved there without re-embedding (``report.moved``). Without ``collection`` a new
+file goes to ``"default"`` and a re-indexed one stays where it was, so runs that never name a
+collection behave as before. ``description`` sets the collection's description (the collection
+selector routes questions by it); a later run with another description replaces it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from haystack import Document
 
 from ragkit.components.token_chunker import TokenChunker
 from ragkit.config import RagConfig
+from ragkit.index.filters import DEFAULT_COLLECTION, check_collection_name, check_description
 from ragkit.index.ingest import IngestError, LoadReport, load_files
 from ragkit.index.store import RagIndex, index_write_lock, unstorable
 from ragkit.llm.generators import build_document_embedder
@@ -44,6 +52,9 @@ class IndexReport:
     seconds: float = 0.0
     root: str = ""  # the folder source names are relative to
     dry_run: bool = False  # added / removed are what would happen; nothing was written
+    collection: str | None = None  # the collection named for this run (None: files kept theirs, new ones went to "default")
+    moved: list[str] = field(default_factory=list)  # unchanged files moved into `collection` without re-embedding
+    description_changed: bool = False
 
 
 def chunk_documents(documents: list[Document], config: RagConfig) -> tuple[list[Document], list[Document]]:
@@ -72,8 +83,14 @@ def build_index(
     dry_run: bool = False,
     lock_timeout: float | None = None,
     on_plan: Callable[[IndexReport], None] | None = None,
+    collection: str | None = None,
+    description: str | None = None,
 ) -> IndexReport:
     """Bring ``index_dir`` up to date with ``path``; see the module docstring.
+
+    ``collection``: a short slug (``wiki``, ``python-docs``) naming the collection the files of
+    ``path`` belong to; ``description``: what that collection holds, in a sentence (without
+    ``collection`` it describes ``"default"``).
 
     ``on_plan`` is called with the report's added / unchanged / removed lists filled before any
     embedding starts (the CLI prints what will be removed there). ``lock_timeout``: seconds to
@@ -82,6 +99,9 @@ def build_index(
     """
     config = config or RagConfig()
     started = time.perf_counter()
+    # checked before any file is read: a bad name must not cost a folder's conversion
+    collection = check_collection_name(collection) if collection is not None else None
+    description = check_description(description) if description is not None else None
     if not Path(path).exists():
         raise IngestError(f"{path} does not exist")
     given = Path(os.path.realpath(path))
@@ -90,8 +110,9 @@ def build_index(
     loaded = load_files(path, root=root, progress=progress)
     if dry_run:
         index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
-        report, _todo = _plan(index, loaded, given, root, remove_missing, index_dir)
+        report, _todo = _plan(index, loaded, given, root, remove_missing, index_dir, collection)
         report.dry_run, report.total_chunks = True, len(index) if index else 0
+        report.description_changed = description is not None and (index.collections.get(collection or DEFAULT_COLLECTION) if index else None) != description
         report.seconds = time.perf_counter() - started
         return report
     with index_write_lock(index_dir, lock_timeout):
@@ -100,18 +121,23 @@ def build_index(
         if actual != root:  # another run changed the index between the peek and the lock
             root = actual
             loaded = load_files(path, root=root, progress=progress)
-        report, todo = _plan(index, loaded, given, root, remove_missing, index_dir)
+        report, todo = _plan(index, loaded, given, root, remove_missing, index_dir, collection)
         if on_plan is not None:
             on_plan(report)
-        _update(index, index_dir, todo, report, config, progress, root)
+        _update(index, index_dir, todo, report, config, progress, root, description)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _update(index: RagIndex | None, index_dir, todo, report: IndexReport, config: RagConfig, progress: bool, root: Path) -> None:
+def _update(
+    index: RagIndex | None, index_dir, todo, report: IndexReport, config: RagConfig, progress: bool, root: Path, description: str | None = None,
+) -> None:
     embedder = None
     leaves: list[Document] = []
     parents: list[Document] = []
+    for file in todo:  # set before chunking: every chunk and parent copies its document's meta
+        previous = index.sources.get(file.source) if index else None
+        file.document.meta["collection"] = report.collection or (previous.collection if previous else DEFAULT_COLLECTION)
     if todo:
         leaves, parents = chunk_documents([f.document for f in todo], config)
         # every record must be writable as UTF-8 JSON, checked before the expensive embedding
@@ -139,19 +165,30 @@ def _update(index: RagIndex | None, index_dir, todo, report: IndexReport, config
     for file in todo:
         index.delete_source(file.source)
     report.chunks_added = index.add(leaves, parents, source_hashes={f.source: f.sha256 for f in todo})
-    if todo or report.removed or index.root != str(root) or not RagIndex.exists(index_dir):
+    if report.moved:
+        index.move_sources({source: report.collection for source in report.moved})
+    target = report.collection or DEFAULT_COLLECTION
+    if description is not None and index.collections.get(target) != description:
+        index.collections[target] = description
+        report.description_changed = True
+    index.prune_collections()
+    if todo or report.removed or report.moved or report.description_changed or index.root != str(root) or not RagIndex.exists(index_dir):
         index.root = str(root)
         index.save(index_dir)
     report.total_chunks = len(index)
 
 
-def _plan(index: RagIndex | None, loaded: LoadReport, given: Path, root: Path, remove_missing: bool, index_dir) -> tuple[IndexReport, list]:
-    report = IndexReport(index_dir=str(index_dir), root=str(root), skipped=list(loaded.skipped))
+def _plan(
+    index: RagIndex | None, loaded: LoadReport, given: Path, root: Path, remove_missing: bool, index_dir, collection: str | None = None,
+) -> tuple[IndexReport, list]:
+    report = IndexReport(index_dir=str(index_dir), root=str(root), skipped=list(loaded.skipped), collection=collection)
     todo = []
     for file in loaded.files:
         known = index.sources.get(file.source) if index else None
         if known and known.sha256 == file.sha256:
             report.unchanged.append(file.source)
+            if collection is not None and known.collection != collection:
+                report.moved.append(file.source)
         else:
             todo.append(file)
     if index and remove_missing:

@@ -9,7 +9,7 @@ permission denied — for a file or a whole folder), and one bad file must never
 
 A markdown file may open with YAML front matter (``---`` lines around ``key: value`` pairs, as static
 site generators write it): its scalar values become the document's metadata (``attribution``,
-``license``, ``url``, …; ragkit's own keys such as ``source`` are never overwritten) and it is not
+``license``, ``url``, …; ragkit's own keys such as ``source`` or ``collection`` are never overwritten) and it is not
 indexed as text — an attribution line in the body was the "sentence" that best matched every
 question naming the article. Parsed with ``yaml.safe_load``; front matter that is not a mapping of
 scalars stays text.
@@ -186,7 +186,7 @@ def _load_one(file: Path, source: str) -> LoadedFile:
 
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
-RESERVED_META = {"source", "file_type", "title", "chunk_index", "char_start", "char_end", "page", "section", "source_id"}
+RESERVED_META = {"source", "file_type", "title", "chunk_index", "char_start", "char_end", "page", "section", "source_id", "collection"}
 
 
 def split_front_matter(text: str) -> tuple[dict[str, str], str]:

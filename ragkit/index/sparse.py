@@ -64,8 +64,15 @@ class BM25sIndex:
         model.index(self._tokenize(texts), show_progress=False)
         self._model, self._df = model, None
 
-    def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
-        """The ``top_k`` best chunks for ``query`` with a positive BM25 score, best first."""
+    def mask(self, ids) -> np.ndarray:
+        """A bm25s ``weight_mask`` that admits the rows of the chunk ids ``ids`` (for :meth:`search`)."""
+        wanted = ids if isinstance(ids, (set, frozenset)) else set(ids)
+        return np.fromiter((i in wanted for i in self._ids), dtype="float32", count=len(self._ids))
+
+    def search(self, query: str, top_k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """The ``top_k`` best chunks for ``query`` with a positive BM25 score, best first; with
+        ``mask`` (:meth:`mask`) only among the rows it admits (bm25s zeroes the others' scores
+        before choosing the top k, so the result is the true top k of the admitted rows)."""
         if self._model is None or not self._ids or top_k <= 0:
             return []
         tokens = self._tokenize([query])
@@ -75,7 +82,10 @@ class BM25sIndex:
         if not tokens[0]:
             return []
         k = min(top_k, len(self._ids))
-        rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per query
+        if mask is None:
+            rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per query
+        else:
+            rows, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=0, weight_mask=mask)
         return [(self._ids[int(r)], float(s)) for r, s in zip(rows[0], scores[0]) if s > 0]
 
     def term_weights(self, text: str) -> dict[str, float]:

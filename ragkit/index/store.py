@@ -2,8 +2,9 @@
 
 Layout of one index version (format version :data:`INDEX_FORMAT_VERSION`)::
 
-    manifest.json    format, versions, embedder, dimension, root, sources, sha256 of every file below
-    chunks.jsonl     one chunk per line: id, content, meta, FAISS integer id
+    manifest.json    format, versions, embedder, dimension, root, sources, collections (name ->
+                     description), sha256 of every file below
+    chunks.jsonl     one chunk per line: id, content, meta (with its "collection"), FAISS integer id
     parents.jsonl    parent blocks of hierarchical chunking (may be empty)
     dense.faiss      FAISS native IndexIDMap2 over L2-normalised vectors (cosine): exact IndexFlatIP, or
                      IndexHNSWFlat once an "auto" index passes HNSW_THRESHOLD chunks
@@ -25,10 +26,19 @@ overwriting each other, and a crash or a concurrent reader sees the old or the n
 verifies the manifest's format version, embedder and checksums before FAISS reads a byte: a
 corrupted or foreign index is refused with :class:`IndexError_` subclasses and a message that says
 what to do, never half-loaded.
+
+Collections: every chunk carries ``meta["collection"]`` (a slug, ``"default"`` unless the indexer
+was given one) and :attr:`RagIndex.collections` maps each collection to its description. An index
+written before collections existed loads with all of its chunks in ``"default"``. Searches take
+an optional metadata filter (:mod:`ragkit.index.filters`); the chunks it admits are found through
+per-field postings, and FAISS (an ``IDSelectorBatch``) and bm25s (a ``weight_mask``) search only
+those, so a filtered search returns the true top-k of the matching chunks, not a post-filtered
+remainder of the unfiltered top-k.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -41,6 +51,7 @@ import numpy as np
 from haystack import Document
 
 from ragkit.index import versions
+from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, check_collection_name, filter_key, is_haystack_filter, normalize_filters
 from ragkit.index.versions import (  # noqa: F401  (the index's error types and lock are part of this module's API)
     DEFAULT_LOCK_TIMEOUT_S,
     EmbedderMismatchError,
@@ -67,6 +78,7 @@ _FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
 # A reader whose version folder is removed under it (a save finished meanwhile) re-reads CURRENT;
 # each retry needs another complete save to land inside one load, so a few are plenty.
 _LOAD_ATTEMPTS = 6
+_FILTER_CACHE_SIZE = 128  # distinct filters whose matching chunks are kept until the index changes
 
 
 @dataclass
@@ -74,6 +86,17 @@ class SourceInfo:
     sha256: str
     chunks: int
     indexed_at: float = field(default_factory=time.time)
+    collection: str = DEFAULT_COLLECTION  # every chunk of a source is in one collection
+
+
+@dataclass
+class _Matching:
+    """The chunks one filter admits, in the forms each search needs (built once per filter)."""
+
+    ids: frozenset[str]
+    fids: np.ndarray  # FAISS ids, int64
+    selector: object = None  # faiss.IDSelectorBatch over fids, built on the first dense search
+    sparse_mask: np.ndarray | None = None  # 1.0 on the bm25s rows of ids, built on the first sparse search
 
 
 class RagIndex:
@@ -85,6 +108,7 @@ class RagIndex:
         index.add(embedded_chunks)                  # Documents with .embedding and meta["source"]
         index.dense_search(query_vector, top_k=5)   # Documents with .score (cosine)
         index.sparse_search("tesla birthplace", 5)  # Documents with .score (BM25)
+        index.sparse_search("tesla", 5, filters={"collection": ["wiki"]})  # only chunks of that collection
         index.save(".ragkit/index"); RagIndex.load(".ragkit/index")
     """
 
@@ -97,6 +121,10 @@ class RagIndex:
         self.chunks: dict[str, Document] = {}
         self.parents: dict[str, Document] = {}
         self.sources: dict[str, SourceInfo] = {}
+        # collection name -> description ("" when none was given); saved in the manifest
+        self.collections: dict[str, str] = {}
+        self._postings: dict[str, dict] = {}  # meta field -> value -> chunk ids, built per field on demand
+        self._matching: dict[str, _Matching] = {}  # filter_key -> the chunks it admits
         self._faiss_id: dict[str, int] = {}
         self._chunk_at: dict[int, str] = {}
         self._next_faiss_id = 0
@@ -144,8 +172,10 @@ class RagIndex:
 
         Every chunk is checked before anything changes, so a bad batch leaves the index as it was.
         """
-        chunks = list(chunks)
+        chunks = [_with_collection(doc) for doc in chunks]
+        parents = [_with_collection(doc) for doc in parents]
         vectors = []
+        batch_collection: dict[str, str] = {}
         for doc in chunks:
             if doc.embedding is None:
                 raise ValueError(f"chunk {doc.id} has no embedding; run it through an embedder first")
@@ -158,6 +188,13 @@ class RagIndex:
                 raise ValueError(f"chunk {doc.id} is already in the index (delete its source first)")
             if problem := unstorable(doc):
                 raise ValueError(f"chunk {doc.id} of {doc.meta.get('source')!a} cannot be saved as UTF-8 JSON: {problem}")
+            src, name = doc.meta.get("source", ""), doc.meta["collection"]
+            known = batch_collection.setdefault(src, self.sources[src].collection if src in self.sources else name)
+            if known != name:
+                raise ValueError(
+                    f"chunk {doc.id} of {src!a} is in collection {name!r}, but that source's chunks are in {known!r}; "
+                    "a source belongs to one collection (move it with RagIndex.move_sources)"
+                )
             vectors.append(doc.embedding)
         if not chunks:
             return 0
@@ -181,8 +218,12 @@ class RagIndex:
         for src, n in counts.items():
             digest = (source_hashes or {}).get(src, "")
             prev = self.sources.get(src)
-            self.sources[src] = SourceInfo(sha256=digest or (prev.sha256 if prev else ""), chunks=(prev.chunks if prev else 0) + n)
-        self._sparse_stale = True
+            self.sources[src] = SourceInfo(
+                sha256=digest or (prev.sha256 if prev else ""), chunks=(prev.chunks if prev else 0) + n, collection=batch_collection[src],
+            )
+        for name in batch_collection.values():
+            self.collections.setdefault(name, "")
+        self._changed()
         return len(chunks)
 
     def delete_source(self, source: str) -> int:
@@ -197,14 +238,111 @@ class RagIndex:
             for cid, fid in zip(doomed, fids.tolist()):
                 del self.chunks[cid]
                 del self._chunk_at[fid]
-            self._sparse_stale = True
+            self._changed()
         for pid in [pid for pid, doc in self.parents.items() if doc.meta.get("source") == source]:
             del self.parents[pid]
         self.sources.pop(source, None)
         return len(doomed)
 
+    def move_sources(self, moves: dict[str, str]) -> int:
+        """Put each source of ``moves`` (source -> collection) in that collection, without
+        re-embedding: its chunks and parents get the new ``meta["collection"]`` (their ids stay).
+        Returns how many chunks changed collection."""
+        for name in moves.values():
+            check_collection_name(name)
+        moved = 0
+        for table in (self.chunks, self.parents):
+            for cid, doc in table.items():
+                target = moves.get(doc.meta.get("source"))
+                if target is not None and doc.meta.get("collection") != target:
+                    table[cid] = replace(doc, meta={**doc.meta, "collection": target})
+                    moved += table is self.chunks
+        for source, name in moves.items():
+            if source in self.sources:
+                self.sources[source].collection = name
+                self.collections.setdefault(name, "")
+        self._changed(texts=False)
+        return moved
+
+    def _changed(self, texts: bool = True) -> None:
+        """Drop what was derived from the chunk table (bm25s only if chunk texts changed)."""
+        self._sparse_stale = self._sparse_stale or texts
+        self._postings.clear()
+        self._matching.clear()
+
+    def prune_collections(self) -> list[str]:
+        """Drop the descriptions of collections that no longer hold a chunk; returns their names."""
+        held = self.collection_counts()
+        gone = [name for name in self.collections if name not in held]
+        for name in gone:
+            del self.collections[name]
+        return gone
+
+    # -- metadata and filters ----------------------------------------------------------------
+    def collection_counts(self) -> dict[str, int]:
+        """Chunks per collection, for the collections that hold any."""
+        return self.meta_values("collection")
+
+    def meta_values(self, field_name: str) -> dict:
+        """Each value the chunks hold in ``meta[field_name]`` -> how many chunks hold it."""
+        return {value: len(ids) for value, ids in self._posting(field_name).items()}
+
+    def _posting(self, field_name: str) -> dict:
+        posting = self._postings.get(field_name)
+        if posting is None:
+            posting = {}
+            for cid, doc in self.chunks.items():
+                value = doc.meta.get(field_name)
+                if value is not None and isinstance(value, (str, int, float, bool)):
+                    posting.setdefault(value, []).append(cid)
+            self._postings[field_name] = posting
+        return posting
+
+    def filter_ids(self, filters: dict | None) -> frozenset[str] | None:
+        """The ids of the chunks ``filters`` admits (None: no filter, every chunk). A field no chunk
+        carries admits nothing; a malformed filter raises :class:`~ragkit.index.filters.FilterError`."""
+        found = self._match(filters)
+        return found.ids if found is not None else None
+
+    def check_filter_fields(self, filters: dict | None) -> None:
+        """FilterError if a simple-form filter names a field no chunk of the index carries (a typo
+        would otherwise silently match nothing)."""
+        normalized = normalize_filters(filters)
+        if not normalized or is_haystack_filter(normalized) or not self.chunks:
+            return
+        for key in normalized:
+            if not self._posting(key):
+                fields = sorted({k for doc in itertools.islice(self.chunks.values(), 2000) for k in doc.meta if not k.startswith("_")})
+                raise FilterError(f"no chunk of this index has a metadata field {key!r}; fields it has: {', '.join(fields)}")
+
+    def _match(self, filters: dict | None) -> _Matching | None:
+        normalized = normalize_filters(filters)
+        if not normalized:
+            return None
+        key = filter_key(normalized)
+        found = self._matching.get(key)
+        if found is not None:
+            return found
+        if is_haystack_filter(normalized):
+            from haystack.utils.filters import document_matches_filter
+
+            ids = frozenset(cid for cid, doc in self.chunks.items() if document_matches_filter(normalized, doc))
+        else:
+            ids = None
+            for field_name, values in normalized.items():
+                posting = self._posting(field_name)
+                admitted = set().union(*(posting.get(v, ()) for v in values))
+                ids = admitted if ids is None else ids & admitted
+            ids = frozenset(ids or ())
+        fids = np.fromiter((self._faiss_id[cid] for cid in ids), dtype="int64", count=len(ids))
+        if len(self._matching) >= _FILTER_CACHE_SIZE:
+            self._matching.clear()
+        found = self._matching[key] = _Matching(ids=ids, fids=fids)
+        return found
+
     # -- reading -----------------------------------------------------------------------------
-    def dense_search(self, query_embedding, top_k: int) -> list[Document]:
+    def dense_search(self, query_embedding, top_k: int, filters: dict | None = None) -> list[Document]:
+        """The ``top_k`` chunks nearest the query (cosine), among those ``filters`` admits."""
         if top_k <= 0 or self._dense.ntotal == 0:
             return []
         query = np.asarray(query_embedding, dtype="float32").reshape(1, -1)
@@ -213,6 +351,8 @@ class RagIndex:
                 f"query embedding has {query.shape[1]} dimensions; the index holds {self.dim}-d vectors from {self.embedder}"
             )
         faiss.normalize_L2(query)
+        if filters:
+            return self._filtered_dense_search(query, top_k, filters)
         k = min(top_k, self._dense.ntotal)
         if self.is_hnsw:
             faiss.downcast_index(self._dense.index).hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
@@ -223,8 +363,40 @@ class RagIndex:
             if fid != -1
         ]
 
-    def sparse_search(self, query: str, top_k: int) -> list[Document]:
+    def _filtered_dense_search(self, query: np.ndarray, top_k: int, filters: dict) -> list[Document]:
+        self.check_filter_fields(filters)
+        found = self._match(filters)
+        k = min(top_k, len(found.fids))
+        if k == 0:
+            return []
+        if found.selector is None:
+            found.selector = faiss.IDSelectorBatch(found.fids)
+        if self.is_hnsw:
+            params = faiss.SearchParametersHNSW(sel=found.selector, efSearch=max(HNSW_EF_SEARCH, 2 * k))
+        else:
+            params = faiss.SearchParameters(sel=found.selector)  # flat: an exact scan of the admitted vectors
+        scores, fids = self._dense.search(query, k, params=params)
+        hits = [(float(s), f) for s, f in zip(scores[0].tolist(), fids[0].tolist()) if f != -1]
+        if len(hits) < k:
+            # a filtered HNSW walk can strand itself among rejected nodes; the admitted vectors
+            # are then scored exactly, so the caller still gets top_k when that many match
+            vectors = self._dense.reconstruct_batch(found.fids)
+            sims = vectors @ query[0]
+            best = np.argsort(-sims, kind="stable")[:k]
+            hits = [(float(sims[i]), int(found.fids[i])) for i in best]
+        return [replace(self.chunks[self._chunk_at[fid]], score=score) for score, fid in hits]
+
+    def sparse_search(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]:
+        """The ``top_k`` chunks with the best positive BM25 score, among those ``filters`` admits."""
         self._refresh_sparse()
+        if filters:
+            self.check_filter_fields(filters)
+            found = self._match(filters)
+            if not found.ids:
+                return []
+            if found.sparse_mask is None:
+                found.sparse_mask = self._sparse.mask(found.ids)
+            return [replace(self.chunks[cid], score=score) for cid, score in self._sparse.search(query, top_k, mask=found.sparse_mask)]
         return [replace(self.chunks[cid], score=score) for cid, score in self._sparse.search(query, top_k)]
 
     def term_weights(self, text: str) -> dict[str, float]:
@@ -303,6 +475,7 @@ class RagIndex:
             "next_faiss_id": self._next_faiss_id,
             "root": self.root,
             "sources": {s: vars(info) for s, info in self.sources.items()},
+            "collections": {name: self.collections.get(name, "") for name in sorted(self.collection_counts())},
             "files": files,
         }
         # last, and atomically: a version folder without its manifest is incomplete and never read
@@ -377,14 +550,15 @@ class RagIndex:
             embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"),
             dense_index=manifest.get("dense_index", "auto"),
         )
+        checked: set[str] = set()
         for record in read_jsonl(folder / "chunks.jsonl"):
             fid = int(record.pop("faiss_id"))
-            doc = Document(**record)
+            doc = Document(**_record_collection(record, checked, path))  # a chunk from before collections is in "default"
             index.chunks[doc.id] = doc
             index._faiss_id[doc.id] = fid
             index._chunk_at[fid] = doc.id
         for record in read_jsonl(folder / "parents.jsonl"):
-            doc = Document(**record)
+            doc = Document(**_record_collection(record, checked, path))
             index.parents[doc.id] = doc
         index._dense = faiss.read_index(str(folder / "dense.faiss"))
         if index._dense.ntotal != len(index.chunks) or index._dense.d != index.dim:
@@ -395,4 +569,33 @@ class RagIndex:
         index._next_faiss_id = int(manifest.get("next_faiss_id", len(index.chunks)))
         index.root = manifest.get("root")
         index.sources = {s: SourceInfo(**info) for s, info in manifest.get("sources", {}).items()}
+        collections = manifest.get("collections", {})
+        if not isinstance(collections, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in collections.items()):
+            raise IndexCorruptedError(f"Index at {path}: the manifest's collections are not a mapping of names to descriptions")
+        index.collections = {name: collections.get(name, "") for name in sorted(index.collection_counts())}
         return index
+
+
+def _record_collection(record: dict, checked: set[str], path: Path) -> dict:
+    """A chunk record read from disk, its meta given ``"collection": "default"`` if it has none."""
+    if record.get("meta") is None:
+        record["meta"] = {}
+    meta = record["meta"]
+    if not isinstance(meta, dict):
+        raise IndexCorruptedError(f"Index at {path}: chunk {record.get('id')!r} has no metadata mapping; rebuild the index with: ragkit index <folder> --rebuild")
+    name = meta.setdefault("collection", DEFAULT_COLLECTION)
+    if name not in checked:
+        try:
+            checked.add(check_collection_name(name))
+        except ValueError as exc:
+            raise IndexCorruptedError(f"Index at {path}: chunk {record.get('id')!r}: {exc}") from None
+    return record
+
+
+def _with_collection(doc: Document) -> Document:
+    """``doc`` with a valid ``meta["collection"]`` (``"default"`` when it has none)."""
+    name = doc.meta.get("collection")
+    if name is None:
+        return replace(doc, meta={**doc.meta, "collection": DEFAULT_COLLECTION})
+    check_collection_name(name)
+    return doc

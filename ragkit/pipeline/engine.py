@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from ragkit.index.sentence_vectors import SentenceVectorCache
 from ragkit.index.store import RagIndex
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
+from ragkit.pipeline.custom_steps import replace_steps as replace_steps_in
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import OUTPUTS, build_pipeline, features_label, graph_inputs, support_threshold
 from ragkit.pipeline.mermaid import mermaid_markdown, to_mermaid
@@ -65,15 +67,30 @@ class Paused:
 
 
 class AgenticRAG:
-    def __init__(self, features: Features | None = None, index_dir: str | Path = ".ragkit/index", config: RagConfig | None = None, generator=None, index: RagIndex | None = None):
+    def __init__(
+        self, features: Features | None = None, index_dir: str | Path = ".ragkit/index", config: RagConfig | None = None, generator=None,
+        index: RagIndex | None = None, step_generators: dict[str, Any] | None = None, replace_steps: dict[str, Any] | None = None,
+    ):
+        """``step_generators``: a generator per LLM step (else one per ``Features.step_models`` model, loaded
+        once each); ``replace_steps``: a function or component per step name (:mod:`ragkit.pipeline.custom_steps`)."""
         self.features = (features or Features()).validate()
         self.config = config or RagConfig()
         self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
         self.generator = generator if generator is not None else build_chat_generator(self.config.models)
+        self.step_generators = dict(step_generators or {})
+        by_model: dict[str, Any] = {self.config.models.llm: self.generator}
+        for step, model in self.features.step_models.items():
+            if step not in self.step_generators:  # one generator (one loaded model, one prompt cache) per model name
+                if model not in by_model:
+                    by_model[model] = build_chat_generator(replace(self.config.models, llm=model))
+                self.step_generators[step] = by_model[model]
         self.tracer = RagkitTracer()
         self.pipeline: Pipeline = build_pipeline(
             self.features, self.generator, index=self.index, index_path=str(self.index.path) if self.index.path else None, config=self.config,
+            step_generators=self.step_generators,
         )
+        if replace_steps:
+            replace_steps_in(self.pipeline, replace_steps, caller_sockets=[s for sockets in self.pipeline.metadata["ragkit"]["inputs"].values() for s in sockets])
         self._sentence_vectors_ready = False
 
     @property
@@ -126,6 +143,8 @@ class AgenticRAG:
         f = self.features
         if not (f.rerank and f.rerank_backend == "bi-encoder" and not self._sentence_vectors_ready and len(self.index)):
             return
+        if "rerank" in self.pipeline.graph.nodes and not isinstance(self.pipeline.get_component("rerank"), Reranker):
+            return  # the reranker was replaced (replace_steps): nothing of ours to prepare
         with tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "sentence_vectors", "haystack.component.type": "SentenceVectorCache"}) as span:
             try:
                 span.set_content_tag("haystack.component.output", self.prepare_sentence_vectors())

@@ -55,7 +55,19 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "decomposer_backend": ("rules", "llm", "auto"),
     "gate_backend": ("rules", "llm"),
     "rewrite_backend": ("rules", "llm"),
+    "fallback_check": ("coverage", "llm"),
+    "select_collections": ("off", "embedding", "llm"),
+    "expand_backend": ("prf", "llm"),
 }
+
+
+# The steps that call the LLM (step_models' keys). The answer's model also writes the self-correction retries.
+LLM_STEPS = ("rewrite", "gate", "decompose", "select", "expand", "router", "hyde", "rerank", "grade", "sql", "fallback", "multi_hop", "answer", "hallucination", "direct_answer")
+# The steps whose system prompt can be replaced (step_prompts' keys). The answer, grader and judge are
+# not among them: they share one sources prefix so llama.cpp evaluates the sources once a question.
+PROMPT_STEPS = ("rewrite", "gate", "decompose", "router", "hyde", "sql", "multi_hop", "direct_answer")
+# Those whose prompt is a task template rather than a system prompt, and what it must contain
+PROMPT_PLACEHOLDERS = {"decompose": "{question}", "multi_hop": "{question}", "sql": "{schema}"}
 
 
 @dataclass
@@ -69,6 +81,20 @@ class Features:
     # Set aside retrieved chunks that address the model ("ignore the question", "grade this 10"):
     # a guard, not an agentic feature, so it is on in plain RAG too (components/injection_guard.py)
     injection_guard: bool = True
+    # Collections (`ragkit index PATH --collection NAME --description "…"`): search only those whose description
+    # fits the question — "embedding" (cosine, no LLM) or "llm" (one constrained choice); "off" searches all.
+    # `collections` names them outright and overrides the selector (components/collection_selector.py)
+    select_collections: str = "off"
+    collections: list[str] = field(default_factory=list)
+    # The question's own words narrow the search by metadata: "in the PDF" -> file_type pdf, "in Rhine.md" ->
+    # that source, "in the wiki collection"; `route_filters` maps a route to a filter (components/intent_filter.py)
+    intent_filters: bool = False
+    route_filters: dict[str, dict] = field(default_factory=dict)
+    # More words for the keyword side: "prf" adds the top terms of BM25's own best chunks (no LLM, ~ms),
+    # "llm" writes `expansions` rephrasings under a grammar (one call); BM25 runs each and fuses the lists
+    # (components/query_expander.py; measured in bench/results/expansion.json)
+    expand: bool = False
+    expand_backend: str = "prf"
     # How answers are written: "grounded" copies a span of a source (decoding that cannot do anything
     # else, components/guarded_generator.py), "free" writes text with citations, "auto" picks per
     # question — the route's policy with routing on, else grounded when the rules router reads the
@@ -125,6 +151,23 @@ class Features:
     # built from the table's schema; the result is source [1] of the answer (components/sql_answerer.py)
     sql_route: bool = False
     sql_tables: dict[str, str] = field(default_factory=lambda: {"cars": "vega_datasets:cars"})
+    # When the evidence looks insufficient after the guard and grading (question-term coverage of the best
+    # chunk, or with fallback_check="llm" one forward pass), try the next retrieval strategy: another mode,
+    # HyDE, expansion, all collections, the SQL route — at most max_fallbacks attempts and fallback_llm_calls
+    # LLM calls, each attempt traced with why it ran and how it ended (components/fallback_retriever.py)
+    fallback: bool = False
+    fallback_strategies: list[str] = field(default_factory=lambda: ["sparse", "dense"])
+    fallback_check: str = "coverage"  # coverage (no LLM) | llm
+    fallback_coverage: float = 0.6
+    max_fallbacks: int = 2
+    fallback_llm_calls: int = 2
+    # Customisation, per LLM step (names in LLM_STEPS): its own model — a fast one for planning, a better
+    # one for the answer: {"decompose": "qwen2.5-coder-0.5b", "answer": "qwen2.5-coder-1.5b"}, each loaded
+    # once by the engine, same backend as the config's — and its own system prompt (PROMPT_STEPS; a task
+    # template with a placeholder for those in PROMPT_PLACEHOLDERS, e.g. multi_hop's sufficiency question). A step
+    # can also be replaced outright: AgenticRAG(replace_steps={...}) (ragkit/pipeline/custom_steps.py)
+    step_models: dict[str, str] = field(default_factory=dict)
+    step_prompts: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():
@@ -140,6 +183,27 @@ class Features:
             raise ValueError("confidence_floor and support_threshold must be in [0, 1]")
         if self.sql_route and (not self.sql_tables or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in self.sql_tables.items())):
             raise ValueError("sql_route needs sql_tables: table name -> source ('vega_datasets:cars', a .json/.jsonl/.csv file)")
+        for name, allowed_steps in (("step_models", LLM_STEPS), ("step_prompts", PROMPT_STEPS)):
+            value = getattr(self, name)
+            unknown = sorted(set(value) - set(allowed_steps)) if isinstance(value, dict) else ["(not a dict)"]
+            if unknown or not all(isinstance(v, str) and v.strip() for v in value.values()):
+                raise ValueError(f"{name} maps a step in {allowed_steps} to a non-empty string; not {unknown or value}")
+        if not isinstance(self.collections, list) or not all(isinstance(c, str) and c for c in self.collections):
+            raise ValueError(f"collections must be a list of collection names, not {self.collections!r}")
+        if not isinstance(self.route_filters, dict) or set(self.route_filters) - set(DEFAULT_ROUTE_POLICY) or not all(isinstance(v, dict) for v in self.route_filters.values()):
+            raise ValueError(f"route_filters maps routes {sorted(DEFAULT_ROUTE_POLICY)} to filters like {{'file_type': ['pdf']}}, not {self.route_filters!r}")
+        if self.fallback:
+            from ragkit.components.fallback_retriever import STRATEGIES
+
+            if not self.fallback_strategies or any(s not in STRATEGIES for s in self.fallback_strategies):
+                raise ValueError(f"fallback_strategies must be a non-empty list from {STRATEGIES}, not {self.fallback_strategies!r}")
+            if not 1 <= self.max_fallbacks <= 6 or not 0 <= self.fallback_llm_calls <= 12 or not 0 <= self.fallback_coverage <= 1:
+                raise ValueError("max_fallbacks must be 1-6, fallback_llm_calls 0-12, fallback_coverage in [0, 1]")
+            if "sql" in self.fallback_strategies and not self.sql_tables:
+                raise ValueError("the sql fallback needs sql_tables")
+        for step, placeholder in PROMPT_PLACEHOLDERS.items():
+            if step in self.step_prompts and placeholder not in self.step_prompts[step]:
+                raise ValueError(f"step_prompts[{step!r}] is a task template: it needs a {placeholder} placeholder")
         if set(self.route_policy) != set(DEFAULT_ROUTE_POLICY):
             raise ValueError(f"route_policy needs exactly the routes {sorted(DEFAULT_ROUTE_POLICY)}")
         for route, policy in self.route_policy.items():

@@ -54,7 +54,11 @@ from haystack.dataclasses import ChatMessage
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
+from ragkit.components.collection_selector import CollectionSelector
 from ragkit.components.evidence_selector import EvidenceSelector
+from ragkit.components.intent_filter import IntentFilter
+from ragkit.components.query_expander import KeywordExpander
+from ragkit.components.fallback_retriever import FallbackRetriever
 from ragkit.components.multi_hop import MultiHopReasoner
 from ragkit.components.per_part import PerPartAnswerer
 from ragkit.components.query_decomposer import QueryDecomposer
@@ -87,10 +91,10 @@ class _QuietUnsafeRouter(logging.Filter):
 
 logging.getLogger("haystack.components.routers.conditional_router").addFilter(_QuietUnsafeRouter())
 # Outputs the engine reads after a run (components that are not in a given graph are ignored).
-OUTPUTS = {"decompose", "per_part", "rewrite", "gate", "multi_hop", "sql", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
+OUTPUTS = {"decompose", "per_part", "rewrite", "gate", "select", "intent", "expand", "multi_hop", "sql", "fallback", "router", "answer_mode", "hyde", "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer"}
 
 # Components that start retrieval: with the gate on they get the question only when it says "retrieve".
-GATED = {"router", "route_policy", "embed", "hyde", "retrieve", "sql"}
+GATED = {"router", "route_policy", "embed", "hyde", "retrieve", "sql", "select", "intent", "expand"}  # (fallback waits on retrieve's documents)
 
 
 def policy_routes(features: Features) -> list[dict[str, Any]]:
@@ -147,12 +151,19 @@ def build_pipeline(
     index: RagIndex | None = None,
     index_path: str | None = None,
     config: RagConfig | None = None,
+    step_generators: dict[str, Any] | None = None,
 ) -> Pipeline:
-    """The graph for ``features``; ``generator`` is shared by every LLM step (one model, one prompt cache)."""
+    """The graph for ``features``; ``generator`` serves every LLM step (one model, one prompt cache) but
+    those ``step_generators`` names (``Features.step_models``, loaded by the engine)."""
     f = features.validate()
     config = config or RagConfig()
     if f.decompose:
-        return build_planning_pipeline(f, generator, index, index_path, config)
+        return build_planning_pipeline(f, generator, index, index_path, config, step_generators)
+
+    def llm(step: str) -> Any:
+        return (step_generators or {}).get(step, generator)
+
+    prompt = f.step_prompts.get
     models = config.models
     embedder = models.embedder
     needs_embedding = f.retrieval_mode != "sparse"
@@ -177,7 +188,7 @@ def build_pipeline(
     # -- which question reaches retrieval, and how it is embedded --------------------------------
     embedding_senders: list[str] = []
     if f.routing:
-        pipe.add_component("router", QueryRouter(backend=f.router_backend, generator=generator if f.router_backend == "llm" else None, embedder_model=embedder))
+        pipe.add_component("router", QueryRouter(backend=f.router_backend, generator=llm("router") if f.router_backend == "llm" else None, embedder_model=embedder, prompt=prompt("router")))
         pipe.add_component("route_policy", ConditionalRouter(routes=policy_routes(f)))
         pipe.connect("router.route", "route_policy.route")
         inputs["question"] += ["router.query", "route_policy.query"]
@@ -187,7 +198,7 @@ def build_pipeline(
         if not f.routing:  # with routing, route_policy.search_query feeds it
             inputs["question"].append("embed.text")
     if use_hyde and (hyde_routes or not f.routing):
-        pipe.add_component("hyde", HyDEEmbedder(generator=generator, embedder_model=embedder, n_passages=f.hyde_passages))
+        pipe.add_component("hyde", HyDEEmbedder(generator=llm("hyde"), embedder_model=embedder, n_passages=f.hyde_passages, prompt=prompt("hyde")))
         embedding_senders.append("hyde.embedding")
         if not f.routing:
             inputs["question"].append("hyde.query")
@@ -205,6 +216,13 @@ def build_pipeline(
     elif embedding_senders:
         pipe.connect(embedding_senders[0], "retrieve.query_embedding")
     takes_top_k("retrieve.top_k")
+    filter_sender = narrow_the_search(pipe, f, inputs, index, index_path, embedder, llm)
+    if f.expand and f.retrieval_mode != "dense":  # more words for BM25; the dense side keeps the question
+        pipe.add_component("expand", KeywordExpander(backend=f.expand_backend, generator=llm("expand") if f.expand_backend == "llm" else None, index=index, index_path=index_path))
+        inputs["question"].append("expand.query")
+        pipe.connect("expand.queries", "retrieve.sparse_queries")
+        if filter_sender:
+            pipe.connect(filter_sender, "expand.filters")
     if f.routing:
         if "embed" in pipe.graph.nodes:
             pipe.connect("route_policy.search_query", "embed.text")
@@ -218,29 +236,41 @@ def build_pipeline(
         pipe.connect(last, "guard.documents")
         last = "guard.documents"
     if f.rerank:
-        pipe.add_component("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=generator if f.rerank_backend == "llm" else None))
+        pipe.add_component("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, generator=llm("rerank") if f.rerank_backend == "llm" else None))
         pipe.connect(last, "rerank.documents")
         inputs["question"].append("rerank.query")
         takes_top_k("rerank.top_k")
         last = "rerank.documents"
     if f.grading:
-        pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=generator if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
+        pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=llm("grade") if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
         pipe.connect(last, "grade.documents")
         inputs["question"].append("grade.query")
         if f.routing:
             pipe.connect("route_policy.grader_backend", "grade.backend")
         last = "grade.documents"
     if f.sql_route:  # counting / summing questions: one read-only query over the tables, its result source [1]
-        pipe.add_component("sql", SqlAnswerer(generator=generator, tables=f.sql_tables, only_numeric=True))
+        pipe.add_component("sql", SqlAnswerer(generator=llm("sql"), tables=f.sql_tables, only_numeric=True, prompt=prompt("sql")))
         pipe.connect(last, "sql.documents")
         inputs["question"].append("sql.query")
         last = "sql.documents"
+    if f.fallback:  # too little evidence? the next retrieval strategy, bounded and traced
+        pipe.add_component("fallback", FallbackRetriever(
+            index=index, index_path=index_path, main_mode=f.retrieval_mode, strategies=f.fallback_strategies, check=f.fallback_check,
+            coverage_threshold=f.fallback_coverage, sufficiency_threshold=f.sufficiency_threshold, max_attempts=f.max_fallbacks,
+            max_llm_calls=f.fallback_llm_calls, generator=llm("fallback"), embedder=embedder, sql_tables=f.sql_tables,
+        ))
+        pipe.connect(last, "fallback.documents")
+        inputs["question"].append("fallback.question")
+        if filter_sender:
+            pipe.connect(filter_sender, "fallback.filters")
+        takes_top_k("fallback.top_k")
+        last = "fallback.documents"
     pipe.add_component("context_check", ConditionalRouter(routes=context_routes()))
     pipe.connect(last, "context_check.documents")
     context = "context_check.context"
     if f.multi_hop:  # do the sources answer it? if not, follow the bridge entity (bounded)
         pipe.add_component("multi_hop", MultiHopReasoner(
-            generator=generator, index=index, index_path=index_path, retrieval_mode=f.retrieval_mode, embedder=embedder,
+            generator=llm("multi_hop"), index=index, index_path=index_path, retrieval_mode=f.retrieval_mode, embedder=embedder, prompt=prompt("multi_hop"),
             sparse_weight=config.hybrid_sparse_weight, max_iterations=f.max_iterations, max_llm_calls=f.hop_llm_calls, threshold=f.sufficiency_threshold,
         ))
         pipe.connect(context, "multi_hop.documents")
@@ -264,11 +294,11 @@ def build_pipeline(
             inputs["question"].append("evidence.question")
     if f.hallucination_check:
         detector = HallucinationDetector(
-            backend=f.hallucination_backend, generator=generator if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
+            backend=f.hallucination_backend, generator=llm("hallucination") if f.hallucination_backend == "llm_judge" else None, hhem_model=f.hhem_model, threshold=threshold,
             judge_spans=f.judge_spans,
         )
         max_corrections = f.max_corrections if f.self_correction else 0
-        pipe.add_component("self_correction", correction_loop(generator, detector, threshold, max_corrections, models.max_new_tokens))
+        pipe.add_component("self_correction", correction_loop(llm("answer"), detector, threshold, max_corrections, models.max_new_tokens))
         pipe.connect(context, "self_correction.documents")
         inputs["question"].append("self_correction.question")
         mode_sockets = ["self_correction.mode"]
@@ -278,7 +308,7 @@ def build_pipeline(
             pipe.connect(f"self_correction.{socket}", f"confidence.{socket}")
     else:
         pipe.add_component("answer_prompt", answer_prompt_builder())
-        pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens))
+        pipe.add_component("answer", GuardedGenerator(generator=llm("answer"), max_tokens=models.max_new_tokens))
         pipe.connect(context, "answer_prompt.documents")
         pipe.connect(context, "answer.documents")  # the grounded mode's spans come from them
         pipe.connect("answer_prompt.prompt", "answer.messages")
@@ -310,10 +340,10 @@ def build_pipeline(
     if f.rewrite or f.gate:
         front = None
         if f.rewrite:
-            pipe.add_component("rewrite", QueryRewriter(backend=f.rewrite_backend, generator=generator if f.rewrite_backend == "llm" else None))
+            pipe.add_component("rewrite", QueryRewriter(backend=f.rewrite_backend, generator=llm("rewrite") if f.rewrite_backend == "llm" else None, prompt=prompt("rewrite")))
             front = "rewrite.query"
         if f.gate:
-            pipe.add_component("gate", RetrievalGate(backend=f.gate_backend, generator=generator if f.gate_backend == "llm" else None))
+            pipe.add_component("gate", RetrievalGate(backend=f.gate_backend, generator=llm("gate") if f.gate_backend == "llm" else None, prompt=prompt("gate")))
             if front:
                 pipe.connect(front, "gate.query")
             direct_senders.append("gate.direct_query")
@@ -327,8 +357,8 @@ def build_pipeline(
                 given.append(socket)
         inputs["question"] = given
     if direct_senders:
-        pipe.add_component("direct_prompt", ChatPromptBuilder(template=[ChatMessage.from_system(DIRECT_SYSTEM), ChatMessage.from_user("{{ question }}")], required_variables=["question"]))
-        pipe.add_component("direct_answer", GuardedGenerator(generator=generator, max_tokens=models.max_new_tokens, step="direct_answer"))
+        pipe.add_component("direct_prompt", ChatPromptBuilder(template=[ChatMessage.from_system(prompt("direct_answer") or DIRECT_SYSTEM), ChatMessage.from_user("{{ question }}")], required_variables=["question"]))
+        pipe.add_component("direct_answer", GuardedGenerator(generator=llm("direct_answer"), max_tokens=models.max_new_tokens, step="direct_answer"))
         if len(direct_senders) > 1:  # the gate's no and the router's SIMPLE route both answer without sources
             pipe.add_component("direct_question", BranchJoiner(str))
             for sender in direct_senders:
@@ -342,6 +372,7 @@ def build_pipeline(
         "inputs": inputs,
         "top_k": f.top_k,
         "answer_mode": f.answer_mode,
+        "collections": list(f.collections) or None,
         "support_threshold": threshold if f.hallucination_check else None,
         "deadline_s": config.deadline_s,  # an exported graph keeps the question's deadline (RAGKIT_DEADLINE_S overrides)
         "features": f.to_dict(),
@@ -349,12 +380,37 @@ def build_pipeline(
     return pipe
 
 
-def build_planning_pipeline(f: Features, generator: Any, index: RagIndex | None, index_path: str | None, config: RagConfig) -> Pipeline:
+def narrow_the_search(pipe: Pipeline, f: Features, inputs: dict[str, list[str]], index, index_path, embedder: str, llm) -> str | None:
+    """``select`` (the collections the question fits, or the caller's list) and ``intent`` (metadata the
+    question's words or its route ask for), in front of retrieval; returns the socket with the filters."""
+    sender = None
+    if f.select_collections != "off" or f.collections:
+        backend = "llm" if f.select_collections == "llm" else "embedding"  # an explicit list overrides either
+        pipe.add_component("select", CollectionSelector(index=index, index_path=index_path, backend=backend, generator=llm("select") if backend == "llm" else None, embedder_model=embedder))
+        inputs["question"].append("select.query")
+        if f.collections:
+            inputs["collections"] = ["select.collections"]
+        sender = "select.filters"
+    if f.intent_filters:
+        pipe.add_component("intent", IntentFilter(index=index, index_path=index_path, route_filters=f.route_filters or None))
+        inputs["question"].append("intent.query")
+        if f.routing:
+            pipe.connect("router.route", "intent.route")
+        if sender:
+            pipe.connect(sender, "intent.filters")
+        sender = "intent.filters"
+    if sender:
+        pipe.connect(sender, "retrieve.filters")
+    return sender
+
+
+def build_planning_pipeline(f: Features, generator: Any, index: RagIndex | None, index_path: str | None, config: RagConfig, step_generators: dict[str, Any] | None = None) -> Pipeline:
     """decompose -> per_part: the question's parts, each answered by the graph of ``f`` without planning."""
     inner_features = replace(f, decompose=False)
-    inner = build_pipeline(inner_features, generator, index=index, index_path=index_path, config=config)
+    inner = build_pipeline(inner_features, generator, index=index, index_path=index_path, config=config, step_generators=step_generators)
     pipe = Pipeline(max_runs_per_component=1)
-    pipe.add_component("decompose", QueryDecomposer(backend=f.decomposer_backend, generator=generator if f.decomposer_backend != "rules" else None, max_parts=f.max_parts))
+    pipe.add_component("decompose", QueryDecomposer(backend=f.decomposer_backend, generator=(step_generators or {}).get("decompose", generator) if f.decomposer_backend != "rules" else None,
+                                                     max_parts=f.max_parts, prompt=f.step_prompts.get("decompose")))
     pipe.add_component("per_part", PerPartAnswerer(pipeline=inner, features=inner_features.to_dict()))
     pipe.connect("decompose.parts", "per_part.parts")
     pipe.connect("decompose.kind", "per_part.kind")
@@ -370,7 +426,7 @@ def build_planning_pipeline(f: Features, generator: Any, index: RagIndex | None,
 def graph_inputs(pipe: Pipeline, question: str) -> dict[str, dict[str, Any]]:
     """``Pipeline.run`` data for ``question``: every socket the graph leaves for the caller."""
     meta = pipe.metadata.get("ragkit") or {}
-    values = {"question": question, "top_k": meta.get("top_k", Features().top_k), "answer_mode": meta.get("answer_mode", "free")}
+    values = {"question": question, "top_k": meta.get("top_k", Features().top_k), "answer_mode": meta.get("answer_mode", "free"), "collections": meta.get("collections")}
     data: dict[str, dict[str, Any]] = {}
     for name, sockets in (meta.get("inputs") or {}).items():
         for socket in sockets:
@@ -392,7 +448,7 @@ class DrawingOnlyLLM:
 
 
 def features_label(features: Features) -> str:
-    on = [name for name in ("rewrite", "gate", "decompose", "multi_hop", "sql_route", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
+    on = [name for name in ("rewrite", "gate", "decompose", "expand", "intent_filters", "multi_hop", "fallback", "sql_route", "routing", "hyde", "rerank", "grading", "hallucination_check", "self_correction") if getattr(features, name)]
     return "plain RAG" if not on else " + ".join(on)
 
 

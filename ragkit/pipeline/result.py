@@ -85,6 +85,14 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
         if result.failed:
             result.exit_reason = "answer_failed"
         return result
+    if "collections" in out.get("select", {}):  # which part of the index was searched, and why
+        result.details["collections"] = {"searched": out["select"]["collections"], **out["select"].get("selection", {})}
+    if "filters" in out.get("intent", {}):
+        result.details["filters"] = {"filters": out["intent"]["filters"], "reasons": out["intent"].get("reasons", [])}
+    if "queries" in out.get("expand", {}):
+        result.details["expansion"] = {"queries": out["expand"]["queries"], "terms": out["expand"].get("terms", []), "failed": out["expand"].get("failed")}
+    if "fallback" in out.get("fallback", {}):  # which strategies ran, why, and how each ended (also when none recovered)
+        result.details["fallback"] = out["fallback"]["fallback"]
     context = out.get("context_check", {})
     if "no_context" in context or "context" not in context:
         # Nothing to answer from: no LLM call, and a decline is never confident.

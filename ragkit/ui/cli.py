@@ -45,23 +45,32 @@ def cmd_index(args, console) -> int:
 
     report = build_index(
         args.path, args.index_dir, _config(args), rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
-        dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce,
+        dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce, collection=args.collection, description=args.description,
     )
+    into = f" into collection {escape(report.collection)}" if report.collection else ""
     if report.dry_run:
         console.print(
-            f"[bold]Dry run[/] (nothing written): would index {len(report.added)} file(s), {len(report.unchanged)} unchanged, "
+            f"[bold]Dry run[/] (nothing written): would index {len(report.added)} file(s){into}, {len(report.unchanged)} unchanged, "
             f"would remove {len(report.removed)} source(s); {escape(report.index_dir)} holds {report.total_chunks} chunks"
         )
         for source in report.added:
             console.print(f"  would index {escape(source)}")
+        for source in report.moved:
+            console.print(f"  would move {escape(source)}{into}")
+        if report.description_changed:
+            console.print(f"  would set the description of collection {escape(report.collection or 'default')}")
         for source in report.removed:
             console.print(f"  [yellow]would remove[/] {escape(source)}")
     else:
         console.print(
-            f"[bold]Indexed[/] {len(report.added)} file(s) ({report.chunks_added} chunks), "
+            f"[bold]Indexed[/] {len(report.added)} file(s) ({report.chunks_added} chunks){into}, "
             f"{len(report.unchanged)} unchanged, {len(report.removed)} removed → {report.total_chunks} chunks in "
             f"{escape(report.index_dir)} ({report.seconds:.1f}s)"
         )
+        if report.moved:
+            console.print(f"moved {len(report.moved)} unchanged file(s){into} (not re-embedded): {names(report.moved)}")
+        if report.description_changed:
+            console.print(f"description of collection {escape(report.collection or 'default')} set")
         if report.removed:
             console.print(f"removed {len(report.removed)} source(s): {names(report.removed)}")
     for source, reason in report.skipped:
@@ -83,6 +92,12 @@ def _features(args):
         features.answer_mode = args.answer_mode
     if getattr(args, "decompose", False):
         features.decompose = True
+    if getattr(args, "collection", None):  # named collections override the selector
+        features.collections = list(args.collection)
+    if getattr(args, "select_collections", None):
+        features.select_collections = args.select_collections
+    if getattr(args, "fallback", False):
+        features.fallback = True
     return features.validate()
 
 
@@ -224,9 +239,17 @@ def cmd_info(args, console) -> int:
         console.print(f"  embedded LLM {name}: {spec.description}")
     if RagIndex.exists(args.index_dir):
         index = RagIndex.load(args.index_dir)
-        console.print(f"index {args.index_dir}: {len(index)} chunks from {len(index.sources)} sources, embedder {index.embedder}")
+        console.print(f"index {shown(args.index_dir)}: {len(index)} chunks from {len(index.sources)} sources, embedder {index.embedder}")
+        counts = index.collection_counts()
+        sources_in: dict[str, int] = {}
+        for info in index.sources.values():
+            sources_in[info.collection] = sources_in.get(info.collection, 0) + 1
+        console.print(f"collections ({len(counts)}):")
+        for name in sorted(counts):
+            described = f": {shown(index.collections.get(name))}" if index.collections.get(name) else " (no description)"
+            console.print(f"  {name} — {counts[name]} chunks from {sources_in.get(name, 0)} sources{described}")
         for source, info in sorted(index.sources.items()):
-            console.print(f"  {source}: {info.chunks} chunks")
+            console.print(f"  {shown(source)}: {info.chunks} chunks, collection {info.collection}")
     else:
         console.print(f"no index at {args.index_dir}")
     return 0
@@ -247,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-timeout", type=float, default=None, metavar="SECONDS",
                    help="wait this long for another `ragkit index` run on the same index (default 600)")
     p.add_argument("--hierarchical", action="store_true", help="parent/child chunks (small to find, large to answer)")
+    p.add_argument("--collection", metavar="NAME",
+                   help="put the files of PATH in this collection (a short slug: wiki, python-docs); default: new files go to 'default', indexed ones stay")
+    p.add_argument("--description", metavar="TEXT",
+                   help="what the collection holds, in a sentence; questions are routed to collections by it (replaces an earlier one)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_index)
 
@@ -285,6 +312,9 @@ def _feature_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", help="YAML file of Features (routing, hyde, rerank, grading, ...); default: plain RAG")
     p.add_argument("--all-features", action="store_true", help="every agentic feature on (Features.all_on())")
     p.add_argument("--decompose", action="store_true", help="planning: split a question that asks several things and answer each part")
+    p.add_argument("--collection", action="append", metavar="NAME", help="search only this collection (repeat for several; overrides the selector)")
+    p.add_argument("--select-collections", choices=["embedding", "llm"], help="search the collections whose descriptions fit the question")
+    p.add_argument("--fallback", action="store_true", help="when the evidence looks insufficient, try the other retrieval modes (traced)")
     p.add_argument("--answer-mode", choices=["auto", "grounded", "free"],
                    help="grounded: a span copied from a source; free: text with citations; auto (default): grounded for fact lookups")
     if not any(a.dest == "top_k" for a in p._actions):

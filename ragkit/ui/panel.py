@@ -49,12 +49,15 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold", "judge_spans"),
     "self-correction": ("self_correction", "max_corrections"),
     "confidence": ("confidence_floor",),
+    "search scope": ("select_collections", "intent_filters", "expand", "expand_backend"),
+    "fallback": ("fallback", "fallback_check", "fallback_coverage", "max_fallbacks", "fallback_llm_calls"),
     "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
 }
 RANGES: dict[str, tuple[float, float, float]] = {
     "top_k": (1, 20, 1), "max_parts": (2, 6, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
     "max_iterations": (1, 5, 1), "hop_llm_calls": (1, 12, 1), "sufficiency_threshold": (0, 1, 0.05),
     "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
+    "fallback_coverage": (0, 1, 0.05), "max_fallbacks": (1, 6, 1), "fallback_llm_calls": (0, 12, 1),
 }
 # Short labels: each control sits under its group's title, so "backend" says enough and fits a
 # ~260 px column (the field name is the tooltip).
@@ -65,8 +68,11 @@ LABELS: dict[str, str] = {
     "hhem_model": "HHEM model", "support_threshold": "threshold", "judge_spans": "judge spans", "max_corrections": "max retries",
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
     "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
+    "select_collections": "collections", "intent_filters": "intent filters", "expand": "expand query", "expand_backend": "backend",
+    "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
 }
-NOT_A_CONTROL = ("route_policy", "sql_tables")  # a dict per route: edit it in code or YAML
+# dicts and lists (per route, per step, per table, a strategy order): edit them in code or YAML
+NOT_A_CONTROL = ("route_policy", "sql_tables", "collections", "route_filters", "fallback_strategies", "step_models", "step_prompts")
 # ipywidgets reads a Dropdown value of None as "nothing selected" (the box looks empty), so the
 # judge's per-model calibrated threshold is this sentinel in the widget and None in Features.
 CALIBRATED = "calibrated"

@@ -1,5 +1,5 @@
 """What notebook 08 shows of a planned answer: the parts of a split question, the hops of a multi-hop
-search, the SQL route's query and rows, and the committed planning benchmark — as tables and a chart.
+search, the SQL route's query and rows, the fallback's attempts, and the committed planning benchmark — as tables and a chart.
 
 Pure functions of an :class:`~ragkit.pipeline.result.AgenticResult` (or of ``bench/results/planning.json``),
 so a test checks what the notebook shows. Every value is escaped (:func:`ragkit.ui.html.table_html`).
@@ -56,6 +56,21 @@ def sql_html(result: Any) -> str:
     rows = sql.get("rows") or []
     shown = table_html([{f"column {i + 1}": v for i, v in enumerate(r)} for r in rows[:10]]) if rows else "<i>no rows</i>"
     return (f"<div><code>{html.escape(str(sql.get('sql') or '—'))}</code> — {html.escape(status)}</div>" + shown)
+
+
+def fallback_html(result: Any) -> str:
+    """The fallback step: how the first evidence measured, each strategy tried (why, and how it ended)."""
+    fb = result.details.get("fallback")
+    if not fb:
+        return "<i>the fallback step did not run</i>"
+    initial = fb.get("initial") or {}
+    head = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in initial.items()) or "—"
+    rows = [{"strategy": a["strategy"], "why it ran": a.get("why", "—"), "new chunks": a.get("new_documents", "—"),
+             "after": ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (a.get("after") or {}).items()) or a.get("error", "—"),
+             "result": a.get("result")} for a in fb.get("attempts", [])]
+    table = table_html(rows) if rows else "<i>no strategy was needed</i>"
+    return (f"<div>first retrieval: {html.escape(head)} ({html.escape(str(fb.get('check')))} check)</div>" + table
+            + f"<div style='margin-top:4px'>exit reason: <b>{html.escape(str(fb.get('exit_reason')))}</b></div>")
 
 
 def planning_rows(data: dict[str, Any], section: str = "two_part") -> list[dict[str, Any]]:
