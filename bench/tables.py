@@ -149,6 +149,36 @@ def planning_table(d: dict) -> str:
     return out + f"\n\n{sets}. LLM-call and iteration budget violations: {d['budget_violations']}. " + commands
 
 
+def expansion_table(d: dict) -> str:
+    """bench/results/expansion.json: BM25 (and the hybrid) with and without query expansion, test slices."""
+    lines = ["| set | keyword side | BM25 MRR@10 | BM25 Recall@10 | helped / hurt | hybrid MRR@10 | hybrid Recall@10 | added ms p50 | LLM calls/q |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for set_name, s in d["sets"].items():
+        t = s["test"]
+        base, hyb = t["bm25"], t.get("hybrid", {})
+        lines.append(f"| {set_name} | question only | {base['mrr@10']:.4f} | {base['recall@10']:.4f} |  | {hyb.get('mrr@10', 0):.4f} | {hyb.get('recall@10', 0):.4f} |  | 0 |")
+        for name, r in t.items():
+            if not name.startswith("bm25+"):
+                continue
+            sp, hy = r["sparse"], r.get("hybrid", {})
+            lines.append(f"| {set_name} | + {name[5:]} | {sp['mrr@10']:.4f} | {sp['recall@10']:.4f} | {sp['helped']} / {sp['hurt']} | "
+                         f"{hy.get('mrr@10', 0):.4f} | {hy.get('recall@10', 0):.4f} | {r['added_ms_p50']:.1f} | {r['llm_calls_mean']:.2f} |")
+    n = next(iter(d["sets"].values()))["test_questions"]
+    return "\n".join(lines) + f"\n\n{n} test questions a set ({d['questions']}); model {d.get('model') or '—'}. `{d['command']}`"
+
+
+def fallback_table(d: dict) -> str:
+    """bench/results/fallback.json: what reaches the answer with and without the fallback, per main retrieval mode."""
+    lines = [f"| set | main search | coverage threshold (dev) | Recall@{d['top_k']} without → with | MRR@{d['top_k']} without → with | fallback ran | recovered | added ms p50 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for set_name, per_main in d["sets"].items():
+        for main, r in per_main.items():
+            b, f = r["baseline"], r["fallback"]
+            lines.append(f"| {set_name} | {main} | {r['chosen_threshold']} | {b['recall@k']:.3f} → {f['recall@k']:.3f} | {b['mrr@k']:.3f} → {f['mrr@k']:.3f} | "
+                         f"{f['triggered']:.0%} | {f['recovered']:.0%} | {f['added_ms_p50']:.1f} |")
+    return "\n".join(lines) + f"\n\n{d['split']}; strategies: the other two modes. `{d['command']}`"
+
+
 def retrieval_quality_table(d: dict) -> str:
     lines = ["| set | system | MRR@10 | Recall@10 |", "| --- | --- | --- | --- |"]
     for set_name, systems in (d.get("retrieval") or {}).items():
@@ -168,6 +198,9 @@ def tables() -> dict[str, str]:
         out["answer_modes_dev.json"] = answer_modes_dev_table(load("answer_modes_dev.json"))
     if load("planning.json"):
         out["planning.json"] = planning_table(load("planning.json"))
+    for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
+        if load(name):
+            out[name] = fn(load(name))
     if load("evidence_dev.json"):
         out["evidence_dev.json"] = evidence_dev_table(load("evidence_dev.json"))
     quality = load("answer_quality.json")

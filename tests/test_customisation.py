@@ -17,13 +17,14 @@ class Recording:
     """Haystack's mock generator, remembering every system prompt it was sent."""
 
     def __init__(self, responses):
-        self.mock, self.systems = MockChatGenerator(responses=responses), []
+        self.mock, self.systems, self.users = MockChatGenerator(responses=responses), [], []
 
     def to_dict(self):
         return self.mock.to_dict()
 
     def run(self, messages, **kwargs):
         self.systems += [m.text for m in messages if m.role.value == "system"]
+        self.users += [m.text for m in messages if m.role.value == "user"]
         return self.mock.run(messages=messages, **kwargs)
 
 
@@ -44,7 +45,7 @@ def test_step_names_and_prompts_are_validated():
     with pytest.raises(ValueError, match="step_models"):
         Features(step_models={"answr": "x"}).validate()
     with pytest.raises(ValueError, match="step_prompts"):
-        Features(step_prompts={"answer": "Be terse."}).validate()  # the answer shares the sources prefix: not replaceable
+        Features(step_prompts={"hallucination": "Judge."}).validate()  # read against a calibrated threshold: fixed
     with pytest.raises(ValueError, match="step_prompts"):
         Features(step_prompts={"hyde": "  "}).validate()
     with pytest.raises(ValueError, match="placeholder"):
@@ -78,6 +79,23 @@ def test_a_custom_prompt_is_what_the_llm_receives():
     HyDEEmbedder(generator=hyde_llm, prompt="Write one sentence.").passages("Where was Tesla born?")
     assert hyde_llm.systems == ["Write one sentence."]
     assert HyDEEmbedder.from_dict(HyDEEmbedder(generator=hyde_llm, prompt="P").to_dict()).prompt == "P"
+
+
+def test_the_answer_and_grading_tasks_follow_the_sources(tiny_index, fast_config):
+    from ragkit.pipeline.engine import AgenticRAG
+
+    answer_llm = Recording(responses="Smiljan [1].")
+    f = Features(answer_mode="free", top_k=1, step_prompts={"answer": "Task: answer in French.\nQuestion: {question}"})
+    result = AgenticRAG(f, config=fast_config, index=tiny_index, generator=answer_llm).ask("Where was Tesla born?")
+    assert result.answer.startswith("Smiljan")
+    # the sources first (the prefix the grader and judge share), then the custom task with the question filled in
+    assert "Smiljan" in answer_llm.users[-1] and answer_llm.users[-1].endswith("Task: answer in French.\nQuestion: Where was Tesla born?")
+    from ragkit.components.document_grader import DocumentGrader
+
+    grader = DocumentGrader(generator=MockChatGenerator(responses="[9]"), prompt="Grade {n} sources for: {question}")
+    assert DocumentGrader.from_dict(grader.to_dict()).prompt == "Grade {n} sources for: {question}"
+    with pytest.raises(ValueError, match="placeholder"):
+        DocumentGrader(generator=MockChatGenerator(responses="[9]"), prompt="Grade them.")
 
 
 def test_the_engine_loads_one_generator_per_named_model(monkeypatch, tiny_index, fast_config):

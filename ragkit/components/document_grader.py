@@ -53,6 +53,7 @@ class DocumentGrader:
         min_keep: int = 1,
         embedder_model: str = "all-MiniLM-L6-v2",
         max_chars_per_doc: int | None = None,
+        prompt: str | None = None,
     ):
         if backend not in ("llm", "embedding"):
             raise ValueError(f"backend must be llm or embedding, not {backend!r}")
@@ -64,6 +65,9 @@ class DocumentGrader:
         self.min_keep = min_keep
         self.embedder_model = embedder_model
         self.max_chars_per_doc = max_chars_per_doc
+        if prompt is not None and "{question}" not in prompt:
+            raise ValueError("a custom grading task needs a {question} placeholder (and may use {n}, the number of sources)")
+        self.prompt = prompt  # the task after the sources (grade_task when None); the reply is still n grades
         self._embedder = None
         self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
 
@@ -79,7 +83,7 @@ class DocumentGrader:
         return default_to_dict(
             self, backend=self.backend, generator=generator_to_dict(self.generator),
             threshold=self.threshold, min_keep=self.min_keep, embedder_model=self.embedder_model,
-            max_chars_per_doc=self.max_chars_per_doc,
+            max_chars_per_doc=self.max_chars_per_doc, prompt=self.prompt,
         )
 
     @classmethod
@@ -88,7 +92,8 @@ class DocumentGrader:
 
     def _llm_scores(self, query: str, documents: list[Document]) -> tuple[list[float] | None, str | None]:
         n = len(documents)
-        messages = context_messages(documents, grade_task(query, n), self.max_chars_per_doc)
+        task = self.prompt.replace("{question}", query).replace("{n}", str(n)) if self.prompt else grade_task(query, n)
+        messages = context_messages(documents, task, self.max_chars_per_doc)
         if self._probe is not None:
             return self._probe_scores(messages, n)
         kwargs = {**int_list_constraint(self.generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}

@@ -79,10 +79,10 @@ def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, 
     ]
 
 
-def build_correction_pipeline(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> Pipeline:
+def build_correction_pipeline(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256, answer_task: str | None = None) -> Pipeline:
     """Inputs: ``answer_prompt`` and ``hallucination`` each take ``documents`` and ``question``."""
     pipe = Pipeline(max_runs_per_component=max_corrections + 2)
-    pipe.add_component("answer_prompt", answer_prompt_builder())
+    pipe.add_component("answer_prompt", answer_prompt_builder(answer_task))
     pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
     pipe.add_component("hallucination", detector)
     pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt", "mode", "judged"]))
@@ -112,10 +112,10 @@ LOOP_INPUTS = {
 }
 
 
-def correction_loop(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256) -> SuperComponent:
+def correction_loop(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256, answer_task: str | None = None) -> SuperComponent:
     """The loop as one node of a bigger graph: inputs ``documents``, ``question``, ``mode``; outputs :data:`LOOP_OUTPUTS`."""
     return SuperComponent(
-        pipeline=build_correction_pipeline(generator, detector, threshold, max_corrections, max_tokens),
+        pipeline=build_correction_pipeline(generator, detector, threshold, max_corrections, max_tokens, answer_task),
         input_mapping=LOOP_INPUTS,
         output_mapping=LOOP_OUTPUTS,
     )

@@ -137,18 +137,20 @@ EVIDENCE_TEMPLATE = (
 )
 
 
-def answer_prompt_builder():
+def answer_prompt_builder(task: str | None = None):
     """The answer step's ChatPromptBuilder. A grounded answer with ``evidence`` reads only the evidence
     sentences, then the grounded task (copy the shortest phrase that answers; the decoding makes it a
     span, :mod:`ragkit.components.guarded_generator`) — byte for byte :func:`evidence_messages`. Otherwise
     the shared sources prefix, then the task: grounded, strict when ``attempt`` (a self-correction
     retry) is set, else free; that prefix is the one the grader and the judge send, so llama.cpp's
     prompt cache serves whichever comes next. The tasks come from the functions above with the
-    question left as a Jinja variable, so there is one wording."""
+    question left as a Jinja variable, so there is one wording. ``task``: a custom free-answer task with a
+    ``{question}`` placeholder (``Features.step_prompts["answer"]``); the sources prefix stays the same."""
+    free_task = task.replace("{question}", "{{ question }}") if task else answer_task("{{ question }}")
     user = (
         "{% if mode == 'grounded' and evidence %}" + EVIDENCE_TEMPLATE + "\n\n" + grounded_answer_task("{{ question }}")
         + "{% else %}" + SOURCES_TEMPLATE + "\n\n{% if mode == 'grounded' %}" + grounded_answer_task("{{ question }}")
-        + "{% elif attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + answer_task("{{ question }}") + "{% endif %}{% endif %}"
+        + "{% elif attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + free_task + "{% endif %}{% endif %}"
     )
     return SourcesPromptBuilder(
         template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],

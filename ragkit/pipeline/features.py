@@ -63,11 +63,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 # The steps that call the LLM (step_models' keys). The answer's model also writes the self-correction retries.
 LLM_STEPS = ("rewrite", "gate", "decompose", "select", "expand", "router", "hyde", "rerank", "grade", "sql", "fallback", "multi_hop", "answer", "hallucination", "direct_answer")
-# The steps whose system prompt can be replaced (step_prompts' keys). The answer, grader and judge are
-# not among them: they share one sources prefix so llama.cpp evaluates the sources once a question.
-PROMPT_STEPS = ("rewrite", "gate", "decompose", "router", "hyde", "sql", "multi_hop", "direct_answer")
+# The steps whose prompt can be replaced (step_prompts' keys). For the answer (free mode), the grader and
+# multi_hop it is the task after the shared sources prefix (so llama.cpp still evaluates the sources once a
+# question); for the rest the system prompt. The hallucination judge's is fixed: its yes/no probabilities
+# are read against a threshold calibrated for that wording (support_threshold_for); so is the grounded
+# answer's, which the span decoding and its measured F1 depend on, and the LLM reranker's yes/no.
+PROMPT_STEPS = ("rewrite", "gate", "decompose", "router", "hyde", "grade", "sql", "multi_hop", "answer", "direct_answer")
 # Those whose prompt is a task template rather than a system prompt, and what it must contain
-PROMPT_PLACEHOLDERS = {"decompose": "{question}", "multi_hop": "{question}", "sql": "{schema}"}
+PROMPT_PLACEHOLDERS = {"decompose": "{question}", "multi_hop": "{question}", "grade": "{question}", "answer": "{question}", "sql": "{schema}"}
 
 
 @dataclass

@@ -242,7 +242,7 @@ def build_pipeline(
         takes_top_k("rerank.top_k")
         last = "rerank.documents"
     if f.grading:
-        pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=llm("grade") if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder))
+        pipe.add_component("grade", DocumentGrader(backend=f.grader_backend, generator=llm("grade") if f.grader_backend == "llm" else None, threshold=f.grade_threshold, embedder_model=embedder, prompt=prompt("grade")))
         pipe.connect(last, "grade.documents")
         inputs["question"].append("grade.query")
         if f.routing:
@@ -298,7 +298,7 @@ def build_pipeline(
             judge_spans=f.judge_spans,
         )
         max_corrections = f.max_corrections if f.self_correction else 0
-        pipe.add_component("self_correction", correction_loop(llm("answer"), detector, threshold, max_corrections, models.max_new_tokens))
+        pipe.add_component("self_correction", correction_loop(llm("answer"), detector, threshold, max_corrections, models.max_new_tokens, prompt("answer")))
         pipe.connect(context, "self_correction.documents")
         inputs["question"].append("self_correction.question")
         mode_sockets = ["self_correction.mode"]
@@ -307,7 +307,7 @@ def build_pipeline(
         for socket in ("answer", "support", "answer_ok", "answer_tokens"):
             pipe.connect(f"self_correction.{socket}", f"confidence.{socket}")
     else:
-        pipe.add_component("answer_prompt", answer_prompt_builder())
+        pipe.add_component("answer_prompt", answer_prompt_builder(prompt("answer")))
         pipe.add_component("answer", GuardedGenerator(generator=llm("answer"), max_tokens=models.max_new_tokens))
         pipe.connect(context, "answer_prompt.documents")
         pipe.connect(context, "answer.documents")  # the grounded mode's spans come from them
