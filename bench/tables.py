@@ -232,10 +232,19 @@ def rewrite_readme(readme: Path) -> list[str]:
             while i < len(lines) and lines[i].startswith("|"):
                 i += 1
             block = generated[name].splitlines()
-            rest = block[next((k for k, line in enumerate(block) if not line.startswith("|")), len(block)):]
-            # a table followed by a note (blank line + one line ending with its command): replace the old note too
-            if rest and i + len(rest) <= len(lines) and lines[i] == "" and lines[i + len(rest) - 1].endswith(rest[-1][-40:]):
-                i += len(rest)
+            if any(not line.startswith("|") for line in block):
+                # the old block's further tables and its note (a one-line paragraph ending with the command in
+                # backticks) go too, however many rows or commands they had
+                while i + 1 < len(lines) and lines[i] == "":
+                    following = lines[i + 1]
+                    if following.startswith("|"):
+                        i += 1
+                        while i < len(lines) and lines[i].startswith("|"):
+                            i += 1
+                    elif following.rstrip().endswith("`") and (i + 2 == len(lines) or lines[i + 2] == ""):
+                        i += 2
+                    else:
+                        break
             out.extend(block)
             done.append(name)
             continue

@@ -72,3 +72,13 @@ def test_the_fallback_drops_the_collection_filter_when_it_found_nothing_useful(t
     fallback = result.details["fallback"]
     assert fallback["exit_reason"] == "recovered" and fallback["attempts"][0]["strategy"] == "all_collections"
     assert "people" in collections_of(result)
+
+
+def test_the_cli_flags_set_the_features():
+    from argparse import Namespace
+
+    from ragkit.ui.cli import _features
+
+    f = _features(Namespace(collection=["people", "rivers"], select_collections="llm", fallback=True))
+    assert f.collections == ["people", "rivers"] and f.select_collections == "llm" and f.fallback
+    assert _features(Namespace()).collections == []
