@@ -19,8 +19,9 @@ Strategies, tried in the order given (one the main retrieval already used is ski
 ``all_collections``  the main mode without the collection / intent filters that narrowed the first search;
 ``sql``              the SQL route over the configured tables, whatever the question's wording (one LLM call).
 
-A strategy's new chunks go first (the first retrieval's did not cover the question), then the chunks
-already held, ``top_k`` in all. It stops at the first sufficient evidence (``recovered``), when the
+A strategy's new chunks join the held ones and the ``top_k`` that cover most of the question stay
+(ties: the held first), so a new chunk displaces one only by covering more — on SQuAD dev questions,
+putting the new chunks first instead pushed the answer's chunk out often enough to lower Recall@5. It stops at the first sufficient evidence (``recovered``), when the
 strategies run out (``exhausted``), at ``max_attempts`` or when the next attempt could pass
 ``max_llm_calls`` (``budget``). Exit ``sufficient``: the first retrieval was enough and nothing ran.
 
@@ -137,6 +138,17 @@ class FallbackRetriever:
         p = yes_probability(self.generator, context_messages(documents[:3], sufficiency_task(question)), step="fallback_check")
         return p >= self.sufficiency_threshold, {"coverage": cov, "p_sufficient": round(p, 3)}, 1
 
+    def _merge(self, question: str, held: list[Document], new: list[Document], top_k: int) -> list[Document]:
+        """The ``top_k`` chunks of both lists that hold most of the question (ties: the first retrieval's
+        first): a new chunk displaces a held one only by covering more of the question, so an unsure check
+        cannot push the chunk that answered out of the evidence."""
+        index = self._handle.get()
+        weights = question_weights(index, question)
+        pool = held + new
+        covers = [coverage(weights, [terms]) for terms in index.terms([d.content or "" for d in pool])]
+        order = sorted(range(len(pool)), key=lambda i: -covers[i])  # sorted() is stable: ties keep held first
+        return [pool[i] for i in order[:top_k]]
+
     def _why(self, measured: dict[str, Any], documents: list[Document]) -> str:
         if not documents:
             return "no chunks left to answer from"
@@ -212,7 +224,7 @@ class FallbackRetriever:
             info["llm_calls"] += LLM_STRATEGIES.get(strategy, 0)
             have = {d.id for d in held}
             new = [d for d in found if d.id not in have]
-            candidate = (new + held)[:top_k]
+            candidate = self._merge(question, held, new, top_k)
             try:
                 enough, measured, calls = self._assess(question, candidate)
             except Exception as exc:
