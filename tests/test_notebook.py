@@ -60,7 +60,8 @@ def panel(sample_index, fast_config):
 def test_every_features_field_has_a_control_and_round_trips():
     features = Features.all_on(top_k=4, grade_threshold=6.5)
     controls = feature_controls(features)
-    assert {f.name for f in dataclasses.fields(Features)} - set(controls) == {"route_policy", "sql_tables"}  # dicts: edited in code or YAML
+    # dicts and lists (per route, per table, per step, a strategy order): edited in code or YAML
+    assert {f.name for f in dataclasses.fields(Features)} - set(controls) == {"route_policy", "sql_tables", "collections", "route_filters", "fallback_strategies", "step_models", "step_prompts"}
     assert features_from_controls(controls) == features
     # the support threshold: "calibrated for the model" (None) or any number, also off the 0.05 grid
     exact = Features(hallucination_check=True, support_threshold=0.37)

@@ -32,10 +32,10 @@ def test_parts_hops_and_sql_are_tables_with_escaped_text():
 
 def test_the_measured_rows_and_chart():
     rows = planning_rows(PLANNING)
-    assert [r["configuration"] for r in rows] == ["plain", "decompose"] and rows[1]["parts answered"] == "49%"
+    assert [r["configuration"] for r in rows] == ["plain", "decompose"] and rows[1]["parts answered"] == "49.0%"
     fig = planning_bars(PLANNING)
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert "18%" in labels and "49%" in labels
+    assert "18.0%" in labels and "49.0%" in labels
 
 
 def test_an_empty_section_draws_a_note_not_an_error():

@@ -81,7 +81,7 @@ def planning_rows(data: dict[str, Any], section: str = "two_part") -> list[dict[
             r = configs.get(config)
             if isinstance(r, dict):
                 rows.append({"model": model.replace("qwen2.5-coder-", ""), "configuration": config, "questions": r["n"],
-                             "parts answered": f"{r['parts_answered']:.0%}", "part F1": round(r["part_f1"], 3),
+                             "parts answered": f"{r['parts_answered']:.1%}", "part F1": round(r["part_f1"], 3),
                              "LLM calls/q": round(r["llm_calls"], 2), "p50": plots.format_seconds(r["p50_s"])})
     return rows
 
@@ -105,7 +105,7 @@ def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | 
                 xs.append(i + j * width)
                 ys.append(r["parts_answered"])
         bars = ax.bar(xs, ys, width=width * 0.95, label=config)
-        ax.bar_label(bars, labels=[f"{y:.0%}" for y in ys], fontsize=8, padding=1)
+        ax.bar_label(bars, labels=[f"{y:.1%}" for y in ys], fontsize=8, padding=1)
     ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(models))], [m.replace("qwen2.5-coder-", "") for m in models])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("parts answered (F1 ≥ 0.5)")
