@@ -107,6 +107,9 @@ class FallbackRetriever:
         self.max_attempts, self.max_llm_calls = max_attempts, max_llm_calls
         self.generator, self.embedder, self.sql_tables = generator, embedder, dict(sql_tables or {})
         self._retrievers: dict[str, IndexRetriever] = {}
+        self._steps: dict[str, Any] = {}  # the hyde / expand / sql components, built on first use and kept (tables load once)
+        self._terms: dict[str, set[str]] = {}  # one question's chunk terms by id: assess and merge read the same chunks
+        self._weights: dict[str, float] = {}  # one question's term weights (question_weights)
         self._guard = InjectionGuard()
 
     def warm_up(self) -> None:
@@ -128,8 +131,7 @@ class FallbackRetriever:
     # -- is it enough? ----------------------------------------------------------------------------
     def _assess(self, question: str, documents: list[Document]) -> tuple[bool, dict[str, Any], int]:
         """(sufficient, what was measured, LLM calls spent); raises on an unusable LLM reply."""
-        index = self._handle.get()
-        cov = round(coverage(question_weights(index, question), index.terms([d.content or "" for d in documents])), 3) if documents else 0.0
+        cov = round(coverage(self._weights, self._chunk_terms(documents)), 3) if documents else 0.0
         if self.check == "coverage" or not documents:
             return cov >= self.coverage_threshold, {"coverage": cov}, 0
         from ragkit.components.multi_hop import sufficiency_task
@@ -138,16 +140,26 @@ class FallbackRetriever:
         p = yes_probability(self.generator, context_messages(documents[:3], sufficiency_task(question)), step="fallback_check")
         return p >= self.sufficiency_threshold, {"coverage": cov, "p_sufficient": round(p, 3)}, 1
 
-    def _merge(self, question: str, held: list[Document], new: list[Document], top_k: int) -> list[Document]:
+    def _merge(self, held: list[Document], new: list[Document], top_k: int) -> list[Document]:
         """The ``top_k`` chunks of both lists that hold most of the question (ties: the first retrieval's
         first): a new chunk displaces a held one only by covering more of the question, so an unsure check
         cannot push the chunk that answered out of the evidence."""
-        index = self._handle.get()
-        weights = question_weights(index, question)
         pool = held + new
-        covers = [coverage(weights, [terms]) for terms in index.terms([d.content or "" for d in pool])]
+        covers = [coverage(self._weights, [terms]) for terms in self._chunk_terms(pool)]
         order = sorted(range(len(pool)), key=lambda i: -covers[i])  # sorted() is stable: ties keep held first
         return [pool[i] for i in order[:top_k]]
+
+    def _chunk_terms(self, documents: list[Document]) -> list[set[str]]:
+        """Each chunk's terms as the index's BM25 tokenizes them, each chunk tokenized once a question."""
+        fresh = [d for d in documents if d.id not in self._terms]
+        if fresh:
+            self._terms.update(zip((d.id for d in fresh), self._handle.get().terms([d.content or "" for d in fresh])))
+        return [self._terms[d.id] for d in documents]
+
+    def _step(self, name: str, build) -> Any:
+        if name not in self._steps:
+            self._steps[name] = build()
+        return self._steps[name]
 
     def _why(self, measured: dict[str, Any], documents: list[Document]) -> str:
         if not documents:
@@ -169,7 +181,7 @@ class FallbackRetriever:
         if strategy == "hyde":
             from ragkit.components.hyde import HyDEEmbedder
 
-            out = HyDEEmbedder(generator=self.generator, embedder_model=self.embedder).run(query=question)
+            out = self._step("hyde", lambda: HyDEEmbedder(generator=self.generator, embedder_model=self.embedder)).run(query=question)
             if not out["hyde"]["passages"]:  # no passage: it would only repeat a dense search of the question
                 raise RuntimeError(f"HyDE wrote no passage ({out['hyde'].get('fallback', 'empty')})")
             embedding = out["embedding"]
@@ -177,11 +189,11 @@ class FallbackRetriever:
         if strategy == "expand":
             from ragkit.components.query_expander import KeywordExpander, expanded_sparse_search
 
-            queries = KeywordExpander(backend="prf", index=self._handle.get()).run(query=question, filters=filters)["queries"]
+            queries = self._step("expand", lambda: KeywordExpander(backend="prf", index=self._handle.get())).run(query=question, filters=filters)["queries"]
             return expanded_sparse_search(self._handle.get(), queries, top_k, filters=filters or None)
         from ragkit.components.sql_answerer import SqlAnswerer
 
-        return SqlAnswerer(generator=self.generator, tables=self.sql_tables).run(query=question, documents=[])["documents"]
+        return self._step("sql", lambda: SqlAnswerer(generator=self.generator, tables=self.sql_tables)).run(query=question, documents=[])["documents"]
 
     @component.output_types(documents=list[Document], fallback=dict)
     def run(self, question: str, documents: list[Document], top_k: Optional[int] = None, filters: Optional[dict] = None) -> dict[str, Any]:
@@ -190,6 +202,7 @@ class FallbackRetriever:
         filters = filters or None
         top_k = top_k or max(len(documents), 5)
         held = list(documents)
+        self._weights, self._terms = question_weights(self._handle.get(), question), {}
         info: dict[str, Any] = {"check": self.check, "attempts": [], "llm_calls": 0}
         try:
             enough, measured, calls = self._assess(question, held)
@@ -224,7 +237,7 @@ class FallbackRetriever:
             info["llm_calls"] += LLM_STRATEGIES.get(strategy, 0)
             have = {d.id for d in held}
             new = [d for d in found if d.id not in have]
-            candidate = self._merge(question, held, new, top_k)
+            candidate = self._merge(held, new, top_k)
             try:
                 enough, measured, calls = self._assess(question, candidate)
             except Exception as exc:
