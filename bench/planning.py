@@ -7,7 +7,8 @@ index of all dev paragraphs. Each is asked with
 
 ``plain``      ``Features()``: one retrieval and one answer for the whole question;
 ``decompose``  ``Features(decompose=True)``: the rules split it, each part gets the plain graph;
-``multi_hop``  ``Features(multi_hop=True)``: one retrieval, then the sufficiency check and at most
+``multi_hop``  ``Features(multi_hop=True)``: one retrieval, then the sufficiency check (``hop_check``:
+               the coverage check, no LLM, its threshold chosen by ``bench/hop_threshold.py``) and at most
                ``max_iterations`` follow-up retrievals for a bridge entity;
 ``full``       ``Features.all_on(decompose=True, multi_hop=True)`` with the decline floor off: every
                planning and checking step at once.
@@ -19,7 +20,8 @@ over parts), ``both_answered`` (share of questions with both parts answered), ``
 into two parts), LLM calls and median seconds, and ``decompose`` / ``plain`` p50; cold llama.cpp
 prompt cache per question, question-major. ``budget_violations``: questions whose LLM calls exceeded
 the configuration's budget (:func:`call_budget`: each step's own bound summed, per part, at most
-``max_parts`` parts) or made more follow-up retrievals than ``max_iterations`` — asserted 0.
+``max_parts`` parts) or made more follow-up retrievals than ``max_iterations`` in any part (each part's
+hops are read from its own ``details``) — asserted 0.
 
 ``--bridge``: the hand-written two-hop questions over ``sample_docs/`` (``bench/data/bridge_questions.jsonl``,
 ``test`` split; the ``dev`` split is where the sufficiency threshold was looked at) asked with

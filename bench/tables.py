@@ -181,6 +181,29 @@ def fallback_table(d: dict) -> str:
     return "\n".join(lines) + f"\n\n{d['split']}; strategies: the other two modes. `{d['command']}`"
 
 
+def span_ceiling_table(d: dict) -> str:
+    """bench/results/span_ceiling.json: the span step with the sentence the evidence step picks, and with the gold one."""
+    lines = ["| model | n | sentence picked holds the answer | F1 picked sentence | F1 when it holds the answer | F1 gold sentence (ceiling) | EM picked / gold |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for model, entry in d["models"].items():
+        s, o = entry["summary"]["selected"], entry["summary"]["oracle_sentence"]
+        lines.append(f"| {model.replace('qwen2.5-coder-', '')} | {s['n']} | {s['sentence_right']:.1%} | {s['f1']:.3f} | {s['f1_when_sentence_right']:.3f} | "
+                     f"**{o['f1']:.3f}** | {s['em']:.3f} / {o['em']:.3f} |")
+    commands = ", ".join(f"`{e['command']}`" for e in d["models"].values())
+    return "\n".join(lines) + f"\n\n{d['set']}: {commands}"
+
+
+def hop_threshold_table(d: dict) -> str:
+    """bench/results/hop_threshold.json: how often the multi-hop coverage check would hop, per threshold."""
+    n = d["n"]
+    lines = [f"| hop when coverage < | bridge questions hopping (of {n['bridge']}) | single-hop questions hopping (of {n['single']}) | balanced accuracy |",
+             "| --- | --- | --- | --- |"]
+    for g in d["grid"]:
+        mark = " (chosen)" if g["threshold"] == d["chosen"] else ""
+        lines.append(f"| {g['threshold']}{mark} | {g['bridge_hops']} | {g['single_hops']} | {g['balanced_accuracy']:.3f} |")
+    return "\n".join(lines) + f"\n\nDevelopment questions only (12 dev bridge questions, 200 single-hop SQuAD dev questions outside every reported set): `{d['command']}`"
+
+
 def retrieval_quality_table(d: dict) -> str:
     lines = ["| set | system | MRR@10 | Recall@10 |", "| --- | --- | --- | --- |"]
     for set_name, systems in (d.get("retrieval") or {}).items():
@@ -201,6 +224,9 @@ def tables() -> dict[str, str]:
     if load("planning.json"):
         out["planning.json"] = planning_table(load("planning.json"))
     for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
+        if load(name):
+            out[name] = fn(load(name))
+    for name, fn in (("span_ceiling.json", span_ceiling_table), ("hop_threshold.json", hop_threshold_table)):
         if load(name):
             out[name] = fn(load(name))
     if load("evidence_dev.json"):

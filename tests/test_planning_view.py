@@ -24,7 +24,9 @@ def test_parts_hops_and_sql_are_tables_with_escaped_text():
     hops = hops_html(result(multi_hop={"exit_reason": "sufficient", "query": "q", "hops": [
         {"iteration": 0, "evidence": "Brazil is second after the United States.", "p_sufficient": 0.2, "bridge": "the United States", "query": "the United States year emigrate", "new_documents": 3},
         {"iteration": 1, "evidence": "Tesla emigrated to the United States in 1884.", "p_sufficient": 0.8}]}))
-    assert "the United States year emigrate" in hops and "<b>sufficient</b>" in hops
+    assert "the United States year emigrate" in hops and "<b>sufficient</b>" in hops and "P(enough)" in hops
+    covered = hops_html(result(multi_hop={"exit_reason": "sufficient", "query": "q", "hops": [{"iteration": 0, "evidence": "x", "coverage": 0.91}]}))
+    assert "coverage" in covered and "0.91" in covered and "P(enough)" not in covered
     sql = sql_html(result(sql={"sql": "SELECT COUNT(*) FROM cars WHERE Origin = 'Japan'", "rows": [[79]], "ok": True, "error": None}))
     assert "SELECT COUNT(*)" in sql and "79" in sql and "ran" in sql
     assert "not split" in parts_html(result()) and "did not run" in hops_html(result()) and "not asked" in sql_html(result())

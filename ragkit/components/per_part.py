@@ -99,6 +99,8 @@ class PerPartAnswerer:
             "question": r.question, "answer": renumber(r.answer, r.sources, merged) if len(results) > 1 else r.answer, "confidence": r.confidence,
             "symbol": r.symbol, "declined": r.declined, "failed": r.failed, "route": r.route, "answer_mode": r.answer_mode, "exit_reason": r.exit_reason,
             "sources": [d.id for d in r.sources], "evidence": r.evidence, "corrections": r.corrections,
+            # the part's planning steps (hops made, fallbacks tried): a budget check reads them per part
+            "details": {k: r.details[k] for k in ("multi_hop", "fallback") if k in r.details},
         } for r in results]
         record(decision={"parts answered": f"{len(answered)}/{len(results)}", "kind": kind or "single"})
         return {

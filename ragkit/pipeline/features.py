@@ -56,6 +56,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "gate_backend": ("rules", "llm"),
     "rewrite_backend": ("rules", "llm"),
     "fallback_check": ("coverage", "llm"),
+    "hop_check": ("coverage", "llm"),
     "select_collections": ("off", "embedding", "llm"),
     "expand_backend": ("prf", "llm"),
 }
@@ -145,9 +146,15 @@ class Features:
     # After retrieval: do the sources answer it? If not, retrieve again for the bridge entity found
     # ("the emperor who founded the Yuan dynasty" -> "Kublai Khan"), never repeating a query, at most
     # max_iterations follow-ups and hop_llm_calls LLM calls (components/multi_hop.py)
+    # Whether the sources suffice, hop_check: "coverage" (no LLM: the IDF-weighted share of the question's
+    # terms the best chunk holds >= hop_coverage; after a hop, of the follow-up query's terms in the new
+    # chunks) or "llm" (one forward pass, P(yes) >= sufficiency_threshold; the 0.5B's P(yes) did not separate
+    # answerable evidence from not, so every question hopped)
     multi_hop: bool = False
     max_iterations: int = 2
     hop_llm_calls: int = 4
+    hop_check: str = "coverage"
+    hop_coverage: float = 0.7
     sufficiency_threshold: float = 0.5
     # A question that counts, sums or compares numbers of a table ("How many cars from Japan ...?",
     # a microsecond rules check) gets one read-only SQL query over it, written by the LLM under a grammar
@@ -180,6 +187,8 @@ class Features:
             raise ValueError("max_parts must be between 2 and 6")
         if not 1 <= self.max_iterations <= 5 or not 1 <= self.hop_llm_calls <= 12 or not 0 <= self.sufficiency_threshold <= 1:
             raise ValueError("max_iterations must be 1-5, hop_llm_calls 1-12, sufficiency_threshold in [0, 1]")
+        if not 0 <= self.hop_coverage <= 1:
+            raise ValueError("hop_coverage must be in [0, 1]")
         if self.top_k < 1 or self.rerank_candidates < 1 or self.hyde_passages < 1 or self.max_corrections < 0:
             raise ValueError("top_k, rerank_candidates and hyde_passages must be >= 1, max_corrections >= 0")
         if not 0 <= self.confidence_floor <= 1 or not (self.support_threshold is None or 0 <= self.support_threshold <= 1):

@@ -272,6 +272,7 @@ def build_pipeline(
         pipe.add_component("multi_hop", MultiHopReasoner(
             generator=llm("multi_hop"), index=index, index_path=index_path, retrieval_mode=f.retrieval_mode, embedder=embedder, prompt=prompt("multi_hop"),
             sparse_weight=config.hybrid_sparse_weight, max_iterations=f.max_iterations, max_llm_calls=f.hop_llm_calls, threshold=f.sufficiency_threshold,
+            check=f.hop_check, coverage_threshold=f.hop_coverage,
         ))
         pipe.connect(context, "multi_hop.documents")
         inputs["question"].append("multi_hop.question")

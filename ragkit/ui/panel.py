@@ -51,11 +51,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "confidence": ("confidence_floor",),
     "search scope": ("select_collections", "intent_filters", "expand", "expand_backend"),
     "fallback": ("fallback", "fallback_check", "fallback_coverage", "max_fallbacks", "fallback_llm_calls"),
-    "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
+    "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "hop_check", "hop_coverage", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
 }
 RANGES: dict[str, tuple[float, float, float]] = {
     "top_k": (1, 20, 1), "max_parts": (2, 6, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
-    "max_iterations": (1, 5, 1), "hop_llm_calls": (1, 12, 1), "sufficiency_threshold": (0, 1, 0.05),
+    "max_iterations": (1, 5, 1), "hop_llm_calls": (1, 12, 1), "sufficiency_threshold": (0, 1, 0.05), "hop_coverage": (0, 1, 0.05),
     "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
     "fallback_coverage": (0, 1, 0.05), "max_fallbacks": (1, 6, 1), "fallback_llm_calls": (0, 12, 1),
 }
@@ -67,7 +67,7 @@ LABELS: dict[str, str] = {
     "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
     "hhem_model": "HHEM model", "support_threshold": "threshold", "judge_spans": "judge spans", "max_corrections": "max retries",
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
-    "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
+    "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "hop_check": "check", "hop_coverage": "enough if ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
     "select_collections": "collections", "intent_filters": "intent filters", "expand": "expand query", "expand_backend": "backend",
     "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
 }

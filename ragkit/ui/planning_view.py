@@ -40,8 +40,10 @@ def hops_html(result: Any) -> str:
     hop = result.details.get("multi_hop")
     if not hop:
         return "<i>multi-hop did not run</i>"
+    # the check that ran: the coverage check's share of the query's terms, or the LLM's P(the evidence answers it)
+    check = ("coverage", "coverage") if any("coverage" in h for h in hop["hops"]) else ("p_sufficient", "P(enough)")
     rows = [{
-        "iteration": h.get("iteration"), "best evidence": _short(h.get("evidence")), "P(enough)": h.get("p_sufficient", "—"),
+        "iteration": h.get("iteration"), "best evidence": _short(h.get("evidence")), check[1]: h.get(check[0], "—"),
         "bridge": h.get("bridge", "—") or "(none found)", "follow-up query": h.get("query", "—") or "—", "new chunks": h.get("new_documents", "—"),
     } for h in hop["hops"]]
     return table_html(rows) + f"<div style='margin-top:4px'>exit reason: <b>{html.escape(str(hop['exit_reason']))}</b></div>"
