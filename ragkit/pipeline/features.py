@@ -149,7 +149,7 @@ class Features:
     # Whether the sources suffice, hop_check: "coverage" (no LLM: the IDF-weighted share of the question's
     # terms the best chunk holds >= hop_coverage; after a hop, of the follow-up query's terms in the new
     # chunks) or "llm" (one forward pass, P(yes) >= sufficiency_threshold; the 0.5B's P(yes) did not separate
-    # answerable evidence from not, so every question hopped)
+    # answerable evidence from not, so every question hopped); 0.7 chosen on dev questions (bench/hop_threshold.py)
     multi_hop: bool = False
     max_iterations: int = 2
     hop_llm_calls: int = 4
