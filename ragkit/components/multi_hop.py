@@ -193,13 +193,14 @@ class MultiHopReasoner:
             if not evidence:
                 exit_reason = "no_new_query"
                 break
-            hop: dict[str, Any] = {"iteration": iteration, "evidence": evidence[0].content}
-            hops.append(hop)
-            if self.check == "llm" and calls >= self.max_llm_calls:
+            asks_llm = self.check == "llm"
+            if asks_llm and calls >= self.max_llm_calls:
                 exit_reason = "budget"
                 break
+            hop: dict[str, Any] = {"iteration": iteration, "evidence": evidence[0].content}
+            hops.append(hop)
+            calls += asks_llm
             try:
-                calls += self.check == "llm"
                 if self._check(question, evidence, checked_query, checked_docs, hop):
                     exit_reason = "sufficient"
                     break
