@@ -19,7 +19,7 @@ reports them, plus the tool use — ``searched`` (share of questions with at lea
 search), ``tool_calls`` (mean per question), ``exit_reasons``, ``unparsed_tool_calls`` (replies that
 tried a tool call that could not be read), ``tool_call_formats`` — the call budget and its violations
 (LLM calls over ``AgentRAG.call_budget``: asserted 0), and this run's ``plain`` figures with
-``agent_over_plain_p50`` / ``agent_over_plain_parts`` (ratios within this one run). Per-question rows go to
+``over_plain_p50`` / ``over_plain_parts`` (ratios against that ``plain``, within this one run). Per-question rows go to
 ``rows/<set>/<model>/agent``.
 
 What the 0.5B model did with tools when this was built (a probe of two questions, not a measurement):
@@ -128,8 +128,8 @@ def main() -> int:
         entry = {
             **agent_summary, **use, "max_agent_steps": args.max_agent_steps, "tools": list(tools),
             "plain_same_run": plain,
-            "agent_over_plain_p50": round(agent_summary["p50_s"] / plain["p50_s"], 3),
-            "agent_over_plain_parts": round(agent_summary["parts_answered"] / max(plain["parts_answered"], 1e-9), 3),
+            "over_plain_p50": round(agent_summary["p50_s"] / plain["p50_s"], 3),
+            "over_plain_parts": round(agent_summary["parts_answered"] / max(plain["parts_answered"], 1e-9), 3),
             "command": "python bench/agent_mode.py " + " ".join(sys.argv[1:]),
         }
         data = json.loads(OUT.read_text()) if OUT.exists() else {}

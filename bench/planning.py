@@ -31,7 +31,10 @@ hops are read from its own ``details``) — asserted 0.
     .venv/bin/python bench/planning.py --model qwen2.5-coder-0.5b --questions 200
     .venv/bin/python bench/planning.py --model qwen2.5-coder-0.5b --bridge
 
-Writes ``bench/results/planning.json``.
+Writes ``bench/results/planning.json``: ``{section: {model: {config: {"n", "parts_answered", "part_f1",
+"llm_calls", "p50_s", …, "over_plain_parts", "over_plain_p50"}}}}`` (every value under a model is one
+configuration's figures), plus ``sql``, ``budget_violations`` and, beside them, per-question ``rows``,
+``commands``, ``budgets`` and ``run``.
 """
 
 from __future__ import annotations
@@ -197,13 +200,13 @@ def main() -> int:
     violations = sum(r["over_budget"] for rs in rows.values() for r in rs)
     section = "bridge" if args.bridge else "two_part"
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
-    entry = data.setdefault(section, {}).setdefault(args.model, {})
+    entry = data.setdefault(section, {}).setdefault(args.model, {})  # {config: its figures}, nothing else
     entry.update(summary)
-    if "plain" in summary:
+    if "plain" in summary:  # ratios against plain asked in this same run, kept inside each config's figures
         for name in summary:
             if name != "plain":
-                entry[f"{name}_over_plain_p50"] = round(summary[name]["p50_s"] / summary["plain"]["p50_s"], 3)
-                entry[f"{name}_over_plain_parts"] = round(summary[name]["parts_answered"] / max(summary["plain"]["parts_answered"], 1e-9), 3)
+                entry[name]["over_plain_p50"] = round(summary[name]["p50_s"] / summary["plain"]["p50_s"], 3)
+                entry[name]["over_plain_parts"] = round(summary[name]["parts_answered"] / max(summary["plain"]["parts_answered"], 1e-9), 3)
     data.setdefault("budgets", {})[f"{section}/{args.model}"] = {name: call_budget(rag.features) for name, rag in rags.items()}
     data.setdefault("rows", {}).setdefault(section, {}).setdefault(args.model, {}).update(rows)
     data.setdefault("commands", {})[f"{section}/{args.model}"] = "python bench/planning.py " + " ".join(sys.argv[1:])

@@ -136,9 +136,9 @@ def planning_table(d: dict) -> str:
                 r = s.get(config)
                 if not isinstance(r, dict):
                     continue
-                ratio = f"{s[config + '_over_plain_parts']:.2f}× / {s[config + '_over_plain_p50']:.2f}×" if config + "_over_plain_p50" in s else ""
-                if "agent_over_plain_p50" in r:  # the agent's ratios are against plain asked in its own run
-                    ratio = f"{r['agent_over_plain_parts']:.2f}× / {r['agent_over_plain_p50']:.2f}× (own run)"
+                ratio = f"{r['over_plain_parts']:.2f}× / {r['over_plain_p50']:.2f}×" if "over_plain_p50" in r else ""
+                if ratio and "plain_same_run" in r:  # agent_mode.py asks plain again in its own run
+                    ratio += " (own run)"
                 both = f"{r['both_answered']:.1%}" if section == "two_part" else ""
                 lines.append(f"| {label} | {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['parts_answered']:.1%} | {both} | {r['part_f1']:.3f} | "
                              f"{r['llm_calls']:.2f} | {r['p50_s']:.2f} | {ratio} |")

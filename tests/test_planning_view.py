@@ -7,8 +7,8 @@ from ragkit.ui.planning_view import hops_html, parts_html, planning_bars, planni
 PLANNING = {
     "two_part": {"qwen2.5-coder-0.5b": {
         "plain": {"n": 200, "parts_answered": 0.18, "both_answered": 0.0, "part_f1": 0.18, "split": 0, "llm_calls": 1, "p50_s": 1.3},
-        "decompose": {"n": 200, "parts_answered": 0.49, "both_answered": 0.24, "part_f1": 0.49, "split": 1, "llm_calls": 2, "p50_s": 2.0},
-        "decompose_over_plain_p50": 1.5,
+        "decompose": {"n": 200, "parts_answered": 0.49, "both_answered": 0.24, "part_f1": 0.49, "split": 1, "llm_calls": 2, "p50_s": 2.0,
+                      "over_plain_p50": 1.5, "over_plain_parts": 2.72},
     }},
     "bridge": {}, "sql": {}, "budget_violations": 0,
 }
@@ -56,3 +56,21 @@ def test_fallback_html_lists_each_attempt_escaped():
     shown = fallback_html(SimpleNamespace(details={"fallback": fb}))
     assert "coverage 0.2 &lt; 0.6" in shown and "&lt;script&gt;" in shown and "<b>recovered</b>" in shown and "HyDE wrote no passage" in shown
     assert "did not run" in fallback_html(SimpleNamespace(details={}))
+
+
+def test_the_committed_planning_json_is_section_model_config():
+    """Every value under a model is one configuration's figures, so a reader can loop over configurations."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" / "planning.json").read_text())
+    assert data["budget_violations"] == 0
+    for section in ("two_part", "bridge"):
+        for model in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+            configs = data[section][model]
+            assert {"plain", "multi_hop"} <= set(configs)
+            for name, figures in configs.items():
+                assert isinstance(figures, dict), f"{section}/{model}/{name} is not a configuration"
+                assert {"n", "parts_answered", "part_f1", "llm_calls", "p50_s"} <= set(figures), (section, model, name)
+    for model, sql in data["sql"].items():
+        assert sql["n"] >= 30 and 0 <= sql["accuracy"] <= 1, model
