@@ -20,7 +20,7 @@ search), ``tool_calls`` (mean per question), ``exit_reasons``, ``unparsed_tool_c
 tried a tool call that could not be read), ``tool_call_formats`` — the call budget and its violations
 (LLM calls over ``AgentRAG.call_budget``: asserted 0), and this run's ``plain`` figures with
 ``over_plain_p50`` / ``over_plain_parts`` (ratios against that ``plain``, within this one run). Per-question rows go to
-``rows/<set>/<model>/agent``.
+``rows/<set>/<model>/agent``, the command to ``commands/<set>/<model>/agent``.
 
 What the 0.5B model did with tools when this was built (a probe of two questions, not a measurement):
 llama-cpp-python never returned structured ``tool_calls`` (its chat-template handler parses none
@@ -41,7 +41,7 @@ import sys
 from collections import Counter
 
 from answer_quality import SETS
-from planning import BRIDGE, OUT, ask_all, summarize, two_part_questions
+from planning import BRIDGE, OUT, ask_all, over_plain, summarize, two_part_questions
 from squad_common import CACHE, ROOT, run_facts
 
 from ragkit.config import ModelConfig, RagConfig
@@ -127,14 +127,12 @@ def main() -> int:
         plain, agent_summary = summarize(rows["plain"]), summarize(rows["agent"])
         entry = {
             **agent_summary, **use, "max_agent_steps": args.max_agent_steps, "tools": list(tools),
-            "plain_same_run": plain,
-            "over_plain_p50": round(agent_summary["p50_s"] / plain["p50_s"], 3),
-            "over_plain_parts": round(agent_summary["parts_answered"] / max(plain["parts_answered"], 1e-9), 3),
-            "command": "python bench/agent_mode.py " + " ".join(sys.argv[1:]),
+            "plain_same_run": plain, **over_plain(agent_summary, plain),
         }
         data = json.loads(OUT.read_text()) if OUT.exists() else {}
         data.setdefault(section, {}).setdefault(args.model, {})["agent"] = entry
         data.setdefault("rows", {}).setdefault(section, {}).setdefault(args.model, {})["agent"] = rows["agent"]
+        data.setdefault("commands", {})[f"{section}/{args.model}/agent"] = "python bench/agent_mode.py " + " ".join(sys.argv[1:])
         data.setdefault("agent_run", {})[f"{section}/{args.model}"] = run_facts()
         OUT.write_text(json.dumps(data, indent=1) + "\n")
         printed[section] = {"plain": plain, "agent": {k: v for k, v in entry.items() if k != "plain_same_run"}}

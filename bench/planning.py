@@ -162,6 +162,12 @@ def ask_all(rags: dict, items: list[dict], generator, desc: str) -> dict[str, li
     return rows
 
 
+def over_plain(figures: dict, plain: dict) -> dict:
+    """A configuration's parts answered and p50 latency as ratios of ``plain``'s, asked in the same run."""
+    return {"over_plain_p50": round(figures["p50_s"] / plain["p50_s"], 3),
+            "over_plain_parts": round(figures["parts_answered"] / max(plain["parts_answered"], 1e-9), 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
@@ -205,8 +211,7 @@ def main() -> int:
     if "plain" in summary:  # ratios against plain asked in this same run, kept inside each config's figures
         for name in summary:
             if name != "plain":
-                entry[name]["over_plain_p50"] = round(summary[name]["p50_s"] / summary["plain"]["p50_s"], 3)
-                entry[name]["over_plain_parts"] = round(summary[name]["parts_answered"] / max(summary["plain"]["parts_answered"], 1e-9), 3)
+                entry[name].update(over_plain(summary[name], summary["plain"]))
     data.setdefault("budgets", {})[f"{section}/{args.model}"] = {name: call_budget(rag.features) for name, rag in rags.items()}
     data.setdefault("rows", {}).setdefault(section, {}).setdefault(args.model, {}).update(rows)
     data.setdefault("commands", {})[f"{section}/{args.model}"] = "python bench/planning.py " + " ".join(sys.argv[1:])

@@ -146,9 +146,7 @@ def planning_table(d: dict) -> str:
     if d.get("sql"):
         out += "\n\n| SQL route (cars table) | n | accuracy |\n| --- | --- | --- |\n" + "\n".join(
             f"| {m.replace('qwen2.5-coder-', '')} | {v['n']} | {v['accuracy']:.0%} |" for m, v in d["sql"].items())
-    agent_commands = [s["agent"]["command"] for section in ("two_part", "bridge") for s in (d.get(section) or {}).values()
-                      if isinstance(s.get("agent"), dict) and s["agent"].get("command")]  # agent_mode.py records its own
-    commands = ", ".join(f"`{c}`" for c in [*d.get("commands", {}).values(), *agent_commands])
+    commands = ", ".join(f"`{c}`" for c in d.get("commands", {}).values())
     sets = "; ".join(f"{k}: {v}" for k, v in (d.get("sets") or {}).items()) or d.get("set", "")
     return out + f"\n\n{sets}. LLM-call and iteration budget violations: {d['budget_violations']}. " + commands
 
