@@ -40,6 +40,13 @@ def test_the_measured_rows_and_chart():
     assert "18.0%" in labels and "49.0%" in labels
 
 
+def test_a_configuration_one_model_lacks_is_marked_not_run():
+    data = {"two_part": {"a": {"plain": PLANNING["two_part"]["qwen2.5-coder-0.5b"]["plain"]},
+                         "b": PLANNING["two_part"]["qwen2.5-coder-0.5b"]}}
+    labels = [t.get_text() for t in planning_bars(data).axes[0].texts]
+    assert labels.count("not run") == 1
+
+
 def test_an_empty_section_draws_a_note_not_an_error():
     fig = planning_bars({"two_part": {}, "bridge": {}}, "two_part")
     assert "no two_part run" in fig.axes[0].texts[0].get_text()

@@ -106,6 +106,8 @@ def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | 
             if isinstance(r, dict):
                 xs.append(i + j * width)
                 ys.append(r["parts_answered"])
+            else:  # an empty slot would read as 0%: say the configuration was not run for this model
+                ax.text(i + j * width, 0.01, "not run", rotation=90, ha="center", va="bottom", fontsize=7, color="0.45")
         bars = ax.bar(xs, ys, width=width * 0.95, label=config)
         ax.bar_label(bars, labels=[f"{y:.1%}" for y in ys], fontsize=8, padding=1)
     ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(models))], [m.replace("qwen2.5-coder-", "") for m in models])
