@@ -116,8 +116,8 @@ def main() -> int:
     printed, violations = {}, 0
     for section in [s.strip() for s in args.sets.split(",") if s.strip()]:
         index, items = load_set(section, args)
-        agent = AgentRAG(index=index, config=config, generator=generator, max_agent_steps=args.max_agent_steps, tools=tools)
-        rags = {"plain": AgenticRAG(Features(), config=config, generator=generator, index=index), "agent": Recorded(agent)}
+        agent = AgentRAG(index=index, config=config, chat_generator=generator, max_agent_steps=args.max_agent_steps, tools=tools)
+        rags = {"plain": AgenticRAG(Features(), config=config, chat_generator=generator, index=index), "agent": Recorded(agent)}
         for rag in rags.values():  # one-time work (model load, embedder, tables) outside every timing
             rag.ask("Warm-up question: when was the Eiffel Tower finished?")
         rags["agent"].results.clear()

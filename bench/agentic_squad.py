@@ -130,9 +130,9 @@ def run_model(model: str, configs: list[str], questions: list[dict], index, log)
     generator = build_chat_generator(ModelConfig(llm=model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
-    rags = {name: AgenticRAG({**CONFIGS, **ABLATIONS}[name], config=config, generator=generator, index=index) for name in configs}
-    judge = HallucinationDetector(backend="llm_judge", generator=generator, threshold=support_threshold_for("llm_judge", model))
-    fallback_sources = AgenticRAG(Features(), config=config, generator=generator, index=index).retriever
+    rags = {name: AgenticRAG({**CONFIGS, **ABLATIONS}[name], config=config, chat_generator=generator, index=index) for name in configs}
+    judge = HallucinationDetector(backend="llm_judge", chat_generator=generator, threshold=support_threshold_for("llm_judge", model))
+    fallback_sources = AgenticRAG(Features(), config=config, chat_generator=generator, index=index).retriever
     for rag in rags.values():  # index-time work before timing: every index sentence gets its vector once
         if rag.features.rerank and rag.features.rerank_backend == "bi-encoder":
             t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def run_model(model: str, configs: list[str], questions: list[dict], index, log)
             trace = result.trace
             declined = result.declined or result.answer.strip() == NO_ANSWER
             sources = result.sources or fallback_sources.retrieve(q["question"], top_k=5).documents
-            judge_score = None if declined else judge.run(answer=result.answer, documents=sources, question=q["question"])["score"]
+            judge_score = None if declined else judge.run(replies=[result.answer], documents=sources, query=q["question"])["score"]
             rows[name].append({
                 "id": q["id"], "answer": result.answer, "declined": declined, "route": result.route,
                 "em": 0.0 if declined else exact_match(result.answer, q["answers"]),

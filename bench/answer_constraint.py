@@ -49,7 +49,7 @@ def main() -> int:
     sample = random.Random(args.seed).sample(questions, 100)[: args.questions]
     generator = build_chat_generator(ModelConfig(llm=args.model))
     generator.warm_up()
-    retriever = AgenticRAG(Features(), config=RagConfig(models=ModelConfig(llm=args.model)), generator=generator, index=index).retriever
+    retriever = AgenticRAG(Features(), config=RagConfig(models=ModelConfig(llm=args.model)), chat_generator=generator, index=index).retriever
     t0 = time.perf_counter()
     answer_constraint(generator)  # builds the model's banned-token list once
     mask_setup_s = time.perf_counter() - t0

@@ -43,7 +43,8 @@ from ragkit.eval.metrics import exact_match, f1_score, strip_citations
 from ragkit.index.retrieval import HybridRetriever
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.llm.prompts import NO_ANSWER, answer_task, context_messages, grounded_answer_task
-from ragkit.llm.span_decoding import FUNCTION_WORDS, SpanMask, candidate_starts, locate_span, snap_to_span, vocabulary_for
+from ragkit.llm.source_spans import FUNCTION_WORDS, candidate_starts, locate_span, snap_to_span
+from ragkit.llm.span_decoding import SpanMask, vocabulary_for
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, call_llm, parse_answer
 
 OUT = ROOT / "bench" / "results" / "answer_modes_dev.json"
@@ -64,7 +65,7 @@ def main() -> int:
     llm = build_chat_generator(ModelConfig(llm=args.model))
     llm.warm_up()
     vocabulary = vocabulary_for(llm)
-    shipped = GuardedGenerator(generator=llm, max_tokens=64, answer_mode="grounded")
+    shipped = GuardedGenerator(chat_generator=llm, max_tokens=64, answer_mode="grounded")
     rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for q in tqdm(dev_questions(questions)[:args.questions], file=sys.stderr, desc=args.model):
         sources = retriever.retrieve(q["question"], top_k=3).documents
@@ -78,8 +79,9 @@ def main() -> int:
             elif variant == "span_top1":
                 reset_prompt_cache(llm)
                 t0 = time.perf_counter()
-                out = shipped.run(messages=context_messages(sources, grounded_answer_task(q["question"])), documents=sources, mode="grounded", question=q["question"])
-                answer = "" if out["text"] == NO_ANSWER else strip_citations(out["text"])
+                out = shipped.run(messages=context_messages(sources, grounded_answer_task(q["question"])), documents=sources, mode="grounded", query=q["question"])
+                text = out["replies"][0].text
+                answer = "" if text == NO_ANSWER else strip_citations(text)
                 rows[variant].append({"answer": answer, "seconds": time.perf_counter() - t0, "span": out["evidence"] is not None})
             else:
                 reset_prompt_cache(llm)

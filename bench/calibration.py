@@ -91,7 +91,7 @@ def collect(set_name: str, model: str, n: int, seed: int) -> None:
     generator = build_chat_generator(ModelConfig(llm=model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
-    rags = {name: AgenticRAG(features, config=config, generator=generator, index=index) for name, features in configs().items()}
+    rags = {name: AgenticRAG(features, config=config, chat_generator=generator, index=index) for name, features in configs().items()}
     for rag in rags.values():
         if rag.features.rerank:
             rag.prepare_sentence_vectors(progress=True)

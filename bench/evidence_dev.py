@@ -42,7 +42,7 @@ from ragkit.components.evidence_selector import EvidenceSelector
 from ragkit.eval.experiments import index_documents, load_squad_corpus
 from ragkit.eval.metrics import exact_match, f1_score, normalize_answer
 from ragkit.index.retrieval import HybridRetriever
-from ragkit.llm.span_decoding import _STOP, _WORD, _stem
+from ragkit.llm.source_spans import _STOP, _WORD, _stem
 from ragkit.pipeline.features import Features
 
 OUT = ROOT / "bench" / "results" / "evidence_dev.json"
@@ -98,7 +98,8 @@ def model_choice(kept, model: str, n: int) -> dict:
     from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
     from ragkit.llm.probe import probe_for
     from ragkit.llm.prompts import context_messages, grounded_answer_task
-    from ragkit.llm.span_decoding import SpanMask, candidate_starts, vocabulary_for
+    from ragkit.llm.source_spans import candidate_starts
+    from ragkit.llm.span_decoding import SpanMask, vocabulary_for
 
     llm = build_chat_generator(ModelConfig(llm=model))
     llm.warm_up()
@@ -145,8 +146,8 @@ def engine_run(kept, model: str, n: int, index) -> dict:
     generator = build_chat_generator(ModelConfig(llm=model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
-    rags = {"plain": AgenticRAG(Features(), config=config, generator=generator, index=index),
-            "full": AgenticRAG(replace(Features.all_on(), confidence_floor=0.0), config=config, generator=generator, index=index)}
+    rags = {"plain": AgenticRAG(Features(), config=config, chat_generator=generator, index=index),
+            "full": AgenticRAG(replace(Features.all_on(), confidence_floor=0.0), config=config, chat_generator=generator, index=index)}
     for rag in rags.values():
         if rag.features.rerank:
             rag.prepare_sentence_vectors()

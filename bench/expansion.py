@@ -187,7 +187,7 @@ def llm_rows(set_name: str, model: str, backend: str, test: list[dict], generato
                 row = json.loads(line)
                 done[row["id"]] = row
     template = DEFAULT_PROMPT_TEMPLATE if backend == "llm_haystack" else None
-    expander = KeywordExpander(backend="llm", generator=generator, prompt_template=template)
+    expander = KeywordExpander(backend="llm", chat_generator=generator, prompt_template=template)
     todo = [q for q in test if q["id"] not in done]
     if todo:
         expander.run(query="Warm-up: when was the Eiffel Tower finished?")

@@ -71,7 +71,7 @@ def evaluate(index, questions: list[dict], main: str, threshold: float | None, t
         row = {"id": q["id"], "exit": "off", "ms": 0.0}
         if fallback is not None:
             t0 = time.perf_counter()
-            out = fallback.run(question=q["question"], documents=docs, top_k=top_k)
+            out = fallback.run(query=q["question"], documents=docs, top_k=top_k)
             row["ms"] = (time.perf_counter() - t0) * 1000
             docs, row["exit"] = out["documents"], out["fallback"]["exit_reason"]
         row["rank"] = gold_rank(docs, q["doc_id"])

@@ -25,7 +25,7 @@ from answer_quality import SETS, sample
 from planning import _OPENS_LIKE_A_QUESTION, BRIDGE, two_part_questions
 from squad_common import CACHE, ROOT, run_facts
 
-from ragkit.components.fallback_retriever import coverage, question_weights
+from ragkit.index.coverage import coverage, question_weights
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.config import RagConfig
 from ragkit.eval.experiments import index_documents, load_squad_corpus

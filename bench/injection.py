@@ -125,7 +125,7 @@ def main() -> int:
             for config_name, features in (("plain", Features()), ("full", Features.all_on())):
                 report["models"][model][config_name] = {}
                 for guard in (False, True):
-                    rag = AgenticRAG(replace(features, injection_guard=guard), index_dir=index_dir, config=config, generator=generator)
+                    rag = AgenticRAG(replace(features, injection_guard=guard), index_dir=index_dir, config=config, chat_generator=generator)
                     rows = [run_case(rag, case) for case in cases]
                     for row in rows:
                         rows_out.append({"model": model, "config": config_name, "guard": guard, **row})

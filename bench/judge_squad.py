@@ -80,7 +80,7 @@ def evaluate(detector: HallucinationDetector, items: list[dict], with_question: 
     for item in items:
         before = probe.evaluated_tokens if probe else 0
         t0 = time.perf_counter()
-        out = detector.run(answer=item["answer"], documents=item["documents"], question=item["question"] if with_question else None)
+        out = detector.run(replies=[item["answer"]], documents=item["documents"], query=item["question"] if with_question else None)
         times.append(time.perf_counter() - t0)
         evaluated += (probe.evaluated_tokens - before) if probe else 0
         scores.append(out["score"])
@@ -135,7 +135,7 @@ def main() -> int:
     for model in args.models:
         generator = build_chat_generator(ModelConfig(llm=model))
         generator.warm_up()
-        detector = HallucinationDetector(backend="llm_judge", generator=generator, threshold=0.5)
+        detector = HallucinationDetector(backend="llm_judge", chat_generator=generator, threshold=0.5)
         results[model] = {"with_question": evaluate(detector, items, True)}
         if args.answer_only_too:
             results[model]["answer_only"] = evaluate(detector, items, False)

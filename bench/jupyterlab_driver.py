@@ -49,6 +49,17 @@ LAB_SETTINGS = {
 }
 
 
+# Console errors that are not the notebook's doing. Each entry says why it is harmless.
+HARMLESS_CONSOLE = [
+    # Chromium asks for /favicon.ico on its own; JupyterLab serves its icons elsewhere.
+    re.compile(r"favicon\.ico"),
+    # JupyterLab's debugger extension asks a freshly opened notebook's kernel for its debug state;
+    # Restart Kernel and Run All right after opening cancels that request. JupyterLab's own race on
+    # restart, logged whatever the notebook holds.
+    re.compile(r"Could not restore the debugger state: Canceled future for debug_request message"),
+]
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
     """Poll ``predicate`` until it returns something truthy (returned), or raise after ``timeout`` s."""
     deadline = time.monotonic() + timeout

@@ -196,7 +196,7 @@ def main() -> int:
     generator = build_chat_generator(ModelConfig(llm=args.model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=args.model))
-    rags = {name: AgenticRAG(f, config=config, generator=generator, index=index) for name, f in configurations(names).items()}
+    rags = {name: AgenticRAG(f, config=config, chat_generator=generator, index=index) for name, f in configurations(names).items()}
     for rag in rags.values():  # one-time work (model load, sentence vectors, the span vocabulary) outside every timing
         if rag.features.rerank:
             rag.prepare_sentence_vectors(progress=False)

@@ -58,7 +58,7 @@ def main() -> int:
     embedder = shared_text_embedder().embedding_backend
     sentence = Reranker(backend="bi-encoder", fuse_with_retrieval=False)
     sentence.warm_up()
-    llm = Reranker(backend="llm", generator=build_chat_generator(ModelConfig(llm=args.llm)), fuse_with_retrieval=False) if args.llm_questions else None
+    llm = Reranker(backend="llm", chat_generator=build_chat_generator(ModelConfig(llm=args.llm)), fuse_with_retrieval=False) if args.llm_questions else None
     if llm:
         llm.warm_up()
 

@@ -34,7 +34,7 @@ def main() -> int:
     results = {"rules": router_accuracy(QueryRouter(backend="rules"), rows), "embedding": router_accuracy(QueryRouter(backend="embedding"), rows)}
     for model in [] if args.no_llm else args.llm:
         generator = build_chat_generator(ModelConfig(llm=model))
-        results[f"llm ({model})"] = router_accuracy(QueryRouter(backend="llm", generator=generator), rows)
+        results[f"llm ({model})"] = router_accuracy(QueryRouter(backend="llm", chat_generator=generator), rows)
     out = {"questions": len(rows), "classes": ROUTES, "backends": results, "command": "python bench/routing_eval.py " + " ".join(sys.argv[1:])}
     Path(args.out).write_text(json.dumps(out, indent=1))
     for name, r in results.items():

@@ -55,10 +55,10 @@ def gold_sentence(question: dict) -> Document | None:
 
 
 def answer(step: GuardedGenerator, question: str, documents: list[Document], evidence: list[Document]) -> tuple[str, float]:
-    reset_prompt_cache(step.generator)
+    reset_prompt_cache(step.chat_generator)
     t0 = time.perf_counter()
-    out = step.run(messages=evidence_messages(evidence, question), documents=documents, mode="grounded", question=question, evidence=evidence)
-    return out["text"], time.perf_counter() - t0
+    out = step.run(messages=evidence_messages(evidence, question), documents=documents, mode="grounded", query=question, evidence=evidence)
+    return out["replies"][0].text, time.perf_counter() - t0
 
 
 def main() -> int:
@@ -72,7 +72,7 @@ def main() -> int:
     retriever, selector = HybridRetriever(index), EvidenceSelector(index=index)
     generator = build_chat_generator(ModelConfig(llm=args.model))
     generator.warm_up()
-    step = GuardedGenerator(generator=generator, answer_mode="grounded")
+    step = GuardedGenerator(chat_generator=generator, answer_mode="grounded")
     answer(step, "When was the Eiffel Tower finished?", [Document(content="The Eiffel Tower was finished in 1889.")],
            [Document(content="The Eiffel Tower was finished in 1889.", meta={"cite": 1, "offset": 0})])  # model load and vocabulary outside timing
     rows = []
@@ -81,7 +81,7 @@ def main() -> int:
         if oracle is None:
             continue
         sources = retriever.retrieve(q["question"], top_k=TOP_K).documents
-        picked = selector.run(question=q["question"], documents=sources, mode="grounded")["evidence"]
+        picked = selector.run(query=q["question"], documents=sources, mode="grounded")["evidence"]
         row = {"id": q["id"], "question": q["question"], "answers": q["answers"], "picked_holds_gold": bool(picked and holds_gold(picked[0].content, q["answers"]))}
         for name, documents, evidence in (("selected", sources, picked), ("oracle_sentence", [by_id[q["doc_id"]]], [oracle])):
             text, seconds = answer(step, q["question"], documents, evidence) if evidence else ("", 0.0)

@@ -101,7 +101,7 @@ def main() -> int:
     questions = load_questions(args.split, args.limit)
     load_before = os.getloadavg()[0]
     generator = build_chat_generator(ModelConfig(llm=args.model))
-    answerer = SqlAnswerer(generator=generator)
+    answerer = SqlAnswerer(chat_generator=generator)
     answerer.warm_up()
     pipeline = Pipeline()  # a one-step pipeline, so the trace records the step's tokens
     pipeline.add_component("sql", answerer)

@@ -32,8 +32,8 @@ def main() -> int:
     config = RagConfig(models=ModelConfig(llm=FAST_LLM, max_new_tokens=96))
     build_index(ROOT / "sample_docs", index_dir, config, progress=False)
     generator = build_chat_generator(config.models)
-    plain = AgenticRAG(Features(), index_dir=index_dir, config=config, generator=generator)
-    full = AgenticRAG(Features.all_on(), index_dir=index_dir, config=config, generator=generator)
+    plain = AgenticRAG(Features(), index_dir=index_dir, config=config, chat_generator=generator)
+    full = AgenticRAG(Features.all_on(), index_dir=index_dir, config=config, chat_generator=generator)
     plain.ask("warm-up: what is Python?")
     full.ask("warm-up: what is Python?")
     reset_prompt_cache(generator)  # each side from a cold prompt cache, as in the A/B view

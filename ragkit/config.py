@@ -1,10 +1,12 @@
 """One place that says which models and index settings ragkit uses.
 
-``RagConfig()`` is the offline default: the embedded all-MiniLM-L6-v2 embedder and the embedded
-Qwen2.5-Coder-1.5B GGUF through llama.cpp. Every field can be set in code, from a YAML file
-(:meth:`RagConfig.from_yaml`) or from ``RAGKIT_*`` environment variables (:meth:`RagConfig.from_env`),
-so the same notebook runs against an Ollama / vLLM / llama.cpp-server / OpenAI endpoint by changing
-configuration only::
+``RagConfig()`` is the offline default — the embedded all-MiniLM-L6-v2 embedder and the embedded
+Qwen2.5-Coder-1.5B GGUF through llama.cpp — with any ``RAGKIT_*`` environment variable that is set
+taking a default's place, so ``RAGKIT_LLM=qwen2.5-coder-0.5b`` means the same to ``AgenticRAG(...)``
+in a notebook as to the CLI. A value given in code or in a YAML file (:meth:`RagConfig.from_yaml`)
+wins over the environment; :meth:`RagConfig.from_env` puts the environment over a given config
+(what the CLI does with ``--config``). So the same notebook runs against an Ollama / vLLM /
+llama.cpp-server / OpenAI endpoint by changing configuration only::
 
     RAGKIT_LLM_BACKEND=openai RAGKIT_OPENAI_BASE_URL=http://localhost:11434/v1 RAGKIT_LLM=qwen2.5:1.5b
 """
@@ -26,21 +28,36 @@ DEFAULT_LLM = "qwen2.5-coder-1.5b"
 FAST_LLM = "qwen2.5-coder-0.5b"
 
 
+def _from_env(var: str, cast: Any, default: Any) -> Any:
+    """A field's default: ``$var`` cast to the field's type when set, else ``default``."""
+    value = os.environ.get(var)
+    if not value:
+        return default
+    try:
+        return cast(value)
+    except ValueError:
+        raise ValueError(f"{var}={value!r} is not a valid {getattr(cast, '__name__', cast)}") from None
+
+
+def _env(var: str, cast: Any, default: Any) -> Any:
+    return field(default_factory=lambda: _from_env(var, cast, default))
+
+
 @dataclass
 class ModelConfig:
-    """Which embedder and which chat LLM to use."""
+    """Which embedder and which chat LLM to use (each default can come from its ``RAGKIT_*`` variable)."""
 
-    embedder: str = "all-MiniLM-L6-v2"  # embedded copy; or any sentence-transformers hub id / folder
-    llm_backend: LLMBackend = "llama.cpp"
-    llm: str = DEFAULT_LLM  # embedded name or .gguf path (llama.cpp), or the server's model name (openai)
-    openai_base_url: str | None = None  # e.g. http://localhost:11434/v1 for Ollama
-    openai_api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key (may be unset for local servers)
-    n_ctx: int = 4096
-    n_threads: int | None = None  # None: all cores
-    max_new_tokens: int = 256
+    embedder: str = _env("RAGKIT_EMBEDDER", str, "all-MiniLM-L6-v2")  # embedded copy; or any sentence-transformers hub id / folder
+    llm_backend: LLMBackend = _env("RAGKIT_LLM_BACKEND", str, "llama.cpp")
+    llm: str = _env("RAGKIT_LLM", str, DEFAULT_LLM)  # embedded name or .gguf path (llama.cpp), or the server's model name (openai)
+    openai_base_url: str | None = _env("RAGKIT_OPENAI_BASE_URL", str, None)  # e.g. http://localhost:11434/v1 for Ollama
+    openai_api_key_env: str = _env("RAGKIT_OPENAI_API_KEY_ENV", str, "OPENAI_API_KEY")  # name of the env var holding the key (may be unset for local servers)
+    n_ctx: int = _env("RAGKIT_N_CTX", int, 4096)
+    n_threads: int | None = _env("RAGKIT_THREADS", int, None)  # None: all cores of the machine that runs it
+    max_new_tokens: int = _env("RAGKIT_MAX_NEW_TOKENS", int, 256)
     temperature: float = 0.0
     seed: int = 0
-    timeout_s: float = 120.0  # one remote call (retried once); the question's deadline bounds the total
+    timeout_s: float = _env("RAGKIT_LLM_TIMEOUT_S", float, 120.0)  # one remote call (retried once); the question's deadline bounds the total
 
 
 @dataclass
@@ -59,13 +76,16 @@ class IndexConfig:
 class RagConfig:
     models: ModelConfig = field(default_factory=ModelConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
-    retrieval_mode: RetrievalMode = "hybrid"
-    top_k: int = 5
+    retrieval_mode: RetrievalMode = _env("RAGKIT_RETRIEVAL", str, "hybrid")
+    top_k: int = _env("RAGKIT_TOP_K", int, 5)
     hybrid_sparse_weight: float = 0.5  # BM25's weight in the hybrid score fusion; see ragkit.index.retrieval.DEFAULT_SPARSE_WEIGHT
     # One budget per question for every LLM call in it (RAGKIT_DEADLINE_S; 0 or None: none). The
     # embedded 1.5B answers an all-features question in 20-60 s on 2 cores; a hung server must not
     # hold a notebook for minutes. Past it, calls fail at once and the answer says so.
-    deadline_s: float | None = 180.0
+    deadline_s: float | None = _env("RAGKIT_DEADLINE_S", float, 180.0)
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -76,9 +96,7 @@ class RagConfig:
         reject_unknown_keys(cls, data, "ragkit config")
         models = _build(ModelConfig, data.pop("models", None))
         index = _build(IndexConfig, data.pop("index", None))
-        config = cls(models=models, index=index, **data)
-        config.validate()
-        return config
+        return cls(models=models, index=index, **data)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RagConfig":
@@ -87,7 +105,7 @@ class RagConfig:
 
     @classmethod
     def from_env(cls, base: "RagConfig | None" = None, environ: dict[str, str] | None = None) -> "RagConfig":
-        """``base`` (default: the defaults) overridden by any ``RAGKIT_*`` variables that are set."""
+        """``base`` (default: ``RagConfig()``) overridden by any ``RAGKIT_*`` variables that are set."""
         env = os.environ if environ is None else environ
         config = dataclasses.replace(base) if base else cls()
         config.models = dataclasses.replace(config.models)

@@ -26,6 +26,14 @@ def fake_embedding(text: str, dim: int = 8) -> list[float]:
     return [rng.uniform(-1, 1) for _ in range(dim)]
 
 
+def reply_dict(out: dict) -> dict:
+    """A GuardedGenerator's output with its one reply message as ``"text"`` (what the tests compare)."""
+    out = dict(out)
+    replies = out.pop("replies")
+    assert len(replies) == 1, replies
+    return {"text": replies[0].text, **out}
+
+
 def make_chunks(source: str, texts: list[str], dim: int = 8) -> list[Document]:
     return [
         Document(content=t, meta={"source": source, "chunk_index": i}, embedding=fake_embedding(t, dim))

@@ -36,7 +36,7 @@ def scripted(*replies):
 
 
 def agent(sample_index, fast_config, llm, **kwargs):
-    return AgentRAG(index=sample_index, config=fast_config, generator=llm, **kwargs)
+    return AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, **kwargs)
 
 
 def test_the_agent_searches_then_answers_with_the_searched_chunks_as_sources(sample_index, fast_config):
@@ -152,7 +152,7 @@ def test_the_sql_tool_counts_and_its_llm_call_is_on_the_trace(sample_index, fast
 
     sql_llm = MockChatGenerator(responses="SELECT COUNT(*) FROM cars WHERE Origin = 'Japan'")
     llm, _ = scripted(call("count_cars", question="How many cars are from Japan?"), "79 cars [1].")
-    rag = agent(sample_index, fast_config, llm, tools=("search", "sql"), sql_answerer=SqlAnswerer(generator=sql_llm))
+    rag = agent(sample_index, fast_config, llm, tools=("search", "sql"), sql_answerer=SqlAnswerer(chat_generator=sql_llm))
     result = rag.ask("How many cars from Japan are in the table?")
     assert result.exit_reason == "answered" and result.sources[0].meta["source"] == "sql"
     assert "79" in result.details["agent"][0]["result"]
@@ -163,11 +163,11 @@ def test_the_sql_tool_counts_and_its_llm_call_is_on_the_trace(sample_index, fast
 def test_agent_rag_checks_its_configuration(sample_index, fast_config):
     llm, _ = scripted("x")
     with pytest.raises(ValueError, match="own workflow"):
-        AgentRAG(Features(grading=True), index=sample_index, config=fast_config, generator=llm)
+        AgentRAG(Features(grading=True), index=sample_index, config=fast_config, chat_generator=llm)
     with pytest.raises(ValueError, match="tools"):
-        AgentRAG(index=sample_index, config=fast_config, generator=llm, tools=("web",))
+        AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, tools=("web",))
     with pytest.raises(ValueError):
-        AgentRAG(index=sample_index, config=fast_config, generator=llm, max_agent_steps=0)
+        AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, max_agent_steps=0)
     assert set(EXIT_REASONS) == {"answered", "no_tool_call", "max_steps", "failed"}
 
 
@@ -254,7 +254,7 @@ def test_wrapper_rewrites_history_on_request_and_records_unknown_tools():
 def test_wrapper_round_trips_through_to_dict():
     wrapper = TextToolCallGenerator(MockChatGenerator(responses="hi"), max_calls_per_reply=3, step_name="agent_llm")
     again = TextToolCallGenerator.from_dict(json.loads(json.dumps(wrapper.to_dict())))
-    assert again.max_calls_per_reply == 3 and again.step_name == "agent_llm" and type(again.generator) is MockChatGenerator
+    assert again.max_calls_per_reply == 3 and again.step_name == "agent_llm" and type(again.chat_generator) is MockChatGenerator
     assert again.run(messages=[ChatMessage.from_user("x")])["replies"][0].text == "hi"
 
 
@@ -263,7 +263,7 @@ def test_wrapper_round_trips_through_to_dict():
 @pytest.mark.integration
 @pytest.mark.llm
 def test_the_real_small_model_drives_the_agent_without_raising(sample_index, fast_config, local_llm):
-    rag = AgentRAG(index=sample_index, config=fast_config, generator=local_llm, max_agent_steps=3)
+    rag = AgentRAG(index=sample_index, config=fast_config, chat_generator=local_llm, max_agent_steps=3)
     result = rag.ask(QUESTION)
     assert isinstance(result, AgenticResult) and result.exit_reason in EXIT_REASONS
     llm_steps = [s for s in result.trace.steps if s.name == "agent_llm"]

@@ -50,7 +50,7 @@ class ScriptedLLM:
 
 
 def make(sample_index, fast_config, features, script):
-    return AgenticRAG(features, config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=script))
+    return AgenticRAG(features, config=fast_config, index=sample_index, chat_generator=MockChatGenerator(response_fn=script))
 
 
 def test_plain_rag_is_one_llm_call_with_a_trace(sample_index, fast_config):

@@ -61,7 +61,9 @@ def test_pipeline_prints_the_graph_the_features_compile_to_as_mermaid(capsys, tm
     assert plain.startswith("---\ntitle: plain RAG") and "flowchart TD" in plain and "grade[" not in plain
     assert main(["pipeline", "--all-features", "-o", str(tmp_path / "g.mmd")]) == 0
     drawn = (tmp_path / "g.mmd").read_text()
-    assert "route_policy[" in drawn and "subgraph self_correction" in drawn
+    assert "route_policy[" in drawn and "self_correction[" in drawn and 'question(["question"])' in drawn
+    assert main(["pipeline", "--all-features", "--detail"]) == 0
+    assert "subgraph self_correction" in capsys.readouterr().out  # the loop's own steps
 
 
 @pytest.mark.integration

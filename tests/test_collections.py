@@ -229,7 +229,7 @@ def _selector(index, reply=None, raises=None):
             raise raises
         return reply
 
-    return CollectionSelector(index=index, backend="llm", generator=MockChatGenerator(response_fn=respond)), calls
+    return CollectionSelector(index=index, backend="llm", chat_generator=MockChatGenerator(response_fn=respond)), calls
 
 
 def test_llm_selector_takes_a_valid_name_and_falls_back_to_all_on_garbage_or_failure(index):
@@ -274,14 +274,14 @@ def test_selector_is_a_free_no_op_with_one_collection_or_no_descriptions(index):
 
     index.collections.update({"wiki": "", "python-docs": ""})
     for backend in ("embedding", "llm"):
-        selector = CollectionSelector(index=index, backend=backend, generator=MockChatGenerator(responses="wiki"))
+        selector = CollectionSelector(index=index, backend=backend, chat_generator=MockChatGenerator(responses="wiki"))
         out = selector.run(query="anything")
         assert out["filters"] == {} and "no collection has a description" in out["selection"]["reason"]
         assert selector._embedder is None  # the embedding model was never loaded
 
 
 def test_selector_round_trips_through_to_dict(saved):
-    selector = CollectionSelector(index_path=str(saved), backend="llm", generator=MockChatGenerator(responses="wiki"), margin=0.2, min_similarity=0.1)
+    selector = CollectionSelector(index_path=str(saved), backend="llm", chat_generator=MockChatGenerator(responses="wiki"), margin=0.2, min_similarity=0.1)
     again = CollectionSelector.from_dict(selector.to_dict())
     assert again.to_dict() == selector.to_dict() and again.backend == "llm" and again.margin == 0.2
     assert again.run(query="rivers")["collections"] == ["wiki"]
@@ -363,7 +363,7 @@ def test_selector_and_intent_filter_chain_into_the_retriever_in_a_pipeline(saved
     from ragkit.components.index_retriever import IndexRetriever
 
     pipe = Pipeline()
-    pipe.add_component("select", CollectionSelector(index_path=str(saved), backend="llm", generator=MockChatGenerator(responses="python-docs")))
+    pipe.add_component("select", CollectionSelector(index_path=str(saved), backend="llm", chat_generator=MockChatGenerator(responses="python-docs")))
     pipe.add_component("intent", IntentFilter(index_path=str(saved)))
     pipe.add_component("retrieve", IndexRetriever(index_path=str(saved), mode="sparse"))
     pipe.connect("select.filters", "intent.filters")
@@ -379,7 +379,7 @@ def test_the_chain_round_trips_through_haystack_yaml(saved):
     from ragkit.components.index_retriever import IndexRetriever
 
     pipe = Pipeline()
-    pipe.add_component("select", CollectionSelector(index_path=str(saved), backend="llm", generator=MockChatGenerator(responses="wiki"), margin=0.3))
+    pipe.add_component("select", CollectionSelector(index_path=str(saved), backend="llm", chat_generator=MockChatGenerator(responses="wiki"), margin=0.3))
     pipe.add_component("intent", IntentFilter(index_path=str(saved), route_filters={"SUMMARY": {"file_type": ["markdown"]}}))
     pipe.add_component("retrieve", IndexRetriever(index_path=str(saved), mode="sparse"))
     pipe.connect("select.filters", "intent.filters")

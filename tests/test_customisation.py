@@ -10,7 +10,8 @@ from ragkit.components.query_router import QueryRouter
 from ragkit.index.store import RagIndex
 from ragkit.pipeline.custom_steps import CustomStep, replace_steps
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import DrawingOnlyLLM, build_pipeline
+from ragkit.pipeline.drawing import DrawingOnlyLLM
+from ragkit.pipeline.graph import build_pipeline
 
 
 class Recording:
@@ -57,28 +58,28 @@ def test_each_step_gets_its_own_generator_and_prompt():
     planner, answerer = DrawingOnlyLLM(), DrawingOnlyLLM()
     f = Features(routing=True, router_backend="llm", hyde=True, rewrite=True, rewrite_backend="llm", step_prompts={"router": "Route it.", "hyde": "Imagine a passage."})
     pipe = build_pipeline(f, answerer, index_path="(drawing)", step_generators={"router": planner, "hyde": planner, "rewrite": planner})
-    assert pipe.get_component("router").generator is planner and pipe.get_component("router").prompt == "Route it."
-    assert pipe.get_component("hyde").generator is planner and pipe.get_component("hyde").prompt == "Imagine a passage."
-    assert pipe.get_component("rewrite").generator is planner
-    assert pipe.get_component("answer").generator is answerer  # not named: the shared generator
+    assert pipe.get_component("router").chat_generator is planner and pipe.get_component("router").prompt == "Route it."
+    assert pipe.get_component("hyde").chat_generator is planner and pipe.get_component("hyde").prompt == "Imagine a passage."
+    assert pipe.get_component("rewrite").chat_generator is planner
+    assert pipe.get_component("answer").chat_generator is answerer  # not named: the shared generator
 
 
 def test_decompose_step_generator_reaches_the_decomposer_and_the_inner_graph():
     planner, answerer = DrawingOnlyLLM(), DrawingOnlyLLM()
     f = Features(decompose=True, decomposer_backend="llm", hyde=True, step_prompts={"decompose": "Split it: {question}"})
     pipe = build_pipeline(f, answerer, index_path="(drawing)", step_generators={"decompose": planner, "hyde": planner})
-    assert pipe.get_component("decompose").generator is planner and pipe.get_component("decompose").prompt == "Split it: {question}"
-    assert pipe.get_component("per_part").pipeline.get_component("hyde").generator is planner
+    assert pipe.get_component("decompose").chat_generator is planner and pipe.get_component("decompose").prompt == "Split it: {question}"
+    assert pipe.get_component("per_part").pipeline.get_component("hyde").chat_generator is planner
 
 
 def test_a_custom_prompt_is_what_the_llm_receives():
     llm = Recording(responses="FACTUAL")
-    QueryRouter(backend="llm", generator=llm, prompt="Label the question.").run(query="Where was Tesla born?")
+    QueryRouter(backend="llm", chat_generator=llm, prompt="Label the question.").run(query="Where was Tesla born?")
     assert llm.systems == ["Label the question."]
     hyde_llm = Recording(responses="Tesla was born in Smiljan.")
-    HyDEEmbedder(generator=hyde_llm, prompt="Write one sentence.").passages("Where was Tesla born?")
+    HyDEEmbedder(chat_generator=hyde_llm, prompt="Write one sentence.").passages("Where was Tesla born?")
     assert hyde_llm.systems == ["Write one sentence."]
-    assert HyDEEmbedder.from_dict(HyDEEmbedder(generator=hyde_llm, prompt="P").to_dict()).prompt == "P"
+    assert HyDEEmbedder.from_dict(HyDEEmbedder(chat_generator=hyde_llm, prompt="P").to_dict()).prompt == "P"
 
 
 def test_the_answer_and_grading_tasks_follow_the_sources(tiny_index, fast_config):
@@ -86,16 +87,16 @@ def test_the_answer_and_grading_tasks_follow_the_sources(tiny_index, fast_config
 
     answer_llm = Recording(responses="Smiljan [1].")
     f = Features(answer_mode="free", top_k=1, step_prompts={"answer": "Task: answer in French.\nQuestion: {question}"})
-    result = AgenticRAG(f, config=fast_config, index=tiny_index, generator=answer_llm).ask("Where was Tesla born?")
+    result = AgenticRAG(f, config=fast_config, index=tiny_index, chat_generator=answer_llm).ask("Where was Tesla born?")
     assert result.answer.startswith("Smiljan")
     # the sources first (the prefix the grader and judge share), then the custom task with the question filled in
     assert "Smiljan" in answer_llm.users[-1] and answer_llm.users[-1].endswith("Task: answer in French.\nQuestion: Where was Tesla born?")
     from ragkit.components.document_grader import DocumentGrader
 
-    grader = DocumentGrader(generator=MockChatGenerator(responses="[9]"), prompt="Grade {n} sources for: {question}")
+    grader = DocumentGrader(chat_generator=MockChatGenerator(responses="[9]"), prompt="Grade {n} sources for: {question}")
     assert DocumentGrader.from_dict(grader.to_dict()).prompt == "Grade {n} sources for: {question}"
     with pytest.raises(ValueError, match="placeholder"):
-        DocumentGrader(generator=MockChatGenerator(responses="[9]"), prompt="Grade them.")
+        DocumentGrader(chat_generator=MockChatGenerator(responses="[9]"), prompt="Grade them.")
 
 
 def test_the_engine_loads_one_generator_per_named_model(monkeypatch, tiny_index, fast_config):
@@ -105,10 +106,10 @@ def test_the_engine_loads_one_generator_per_named_model(monkeypatch, tiny_index,
     monkeypatch.setattr(engine, "build_chat_generator", lambda models: built.append(models.llm) or MockChatGenerator(responses="x"))
     f = Features(decompose=True, decomposer_backend="llm", rewrite=True, rewrite_backend="llm",
                  step_models={"decompose": "planner.gguf", "rewrite": "planner.gguf", "answer": fast_config.models.llm})
-    rag = engine.AgenticRAG(f, config=fast_config, index=tiny_index, generator=MockChatGenerator(responses="x"))
+    rag = engine.AgenticRAG(f, config=fast_config, index=tiny_index, chat_generator=MockChatGenerator(responses="x"))
     assert built == ["planner.gguf"]  # the answer's model is the config's: the given generator serves it
-    assert rag.step_generators["decompose"] is rag.step_generators["rewrite"] is not rag.generator
-    assert rag.step_generators["answer"] is rag.generator
+    assert rag.step_generators["decompose"] is rag.step_generators["rewrite"] is not rag.chat_generator
+    assert rag.step_generators["answer"] is rag.chat_generator
 
 
 def shortest_first(query, documents, top_k=None):
@@ -119,7 +120,7 @@ def test_a_function_replaces_a_step_and_is_traced(tiny_index, fast_config):
     from ragkit.pipeline.engine import AgenticRAG
 
     rag = AgenticRAG(Features(rerank=True, answer_mode="free", top_k=2), config=fast_config, index=tiny_index,
-                     generator=MockChatGenerator(responses="Smiljan [1]."), replace_steps={"rerank": shortest_first})
+                     chat_generator=MockChatGenerator(responses="Smiljan [1]."), replace_steps={"rerank": shortest_first})
     assert isinstance(rag.pipeline.get_component("rerank"), CustomStep)
     result = rag.ask("Where was Tesla born?")
     lengths = [len(d.content) for d in result.sources]
@@ -137,7 +138,7 @@ def test_a_failing_replacement_passes_its_inputs_through_and_lowers_confidence(t
         raise RuntimeError("my reranker is down")
 
     question = "Where was Tesla born?"
-    kwargs = dict(config=fast_config, index=tiny_index, generator=MockChatGenerator(responses="Smiljan [1]."))
+    kwargs = dict(config=fast_config, index=tiny_index, chat_generator=MockChatGenerator(responses="Smiljan [1]."))
     healthy = AgenticRAG(Features(rerank=True, answer_mode="free", top_k=2), replace_steps={"rerank": shortest_first}, **kwargs).ask(question)
     rag = AgenticRAG(Features(rerank=True, answer_mode="free", top_k=2), replace_steps={"rerank": broken}, **kwargs)
     result = rag.ask(question)
@@ -152,7 +153,7 @@ def test_a_replacement_that_cannot_degrade_becomes_a_pipeline_error(tiny_index, 
     def mute(messages, **kwargs):
         raise RuntimeError("no answer today")
 
-    rag = AgenticRAG(Features(answer_mode="free"), config=fast_config, index=tiny_index, generator=MockChatGenerator(responses="x"), replace_steps={"answer": mute})
+    rag = AgenticRAG(Features(answer_mode="free"), config=fast_config, index=tiny_index, chat_generator=MockChatGenerator(responses="x"), replace_steps={"answer": mute})
     result = rag.ask("Where was Tesla born?")
     assert result.exit_reason == "pipeline_error" and result.confidence == 0
 
@@ -166,7 +167,7 @@ def test_a_replacing_component_must_have_the_sockets_the_graph_uses():
 
     pipe = build_pipeline(Features(rerank=True), DrawingOnlyLLM(), index_path="(drawing)")
     with pytest.raises(ValueError, match="lacks the sockets"):
-        replace_steps(pipe, {"rerank": OnlyDocuments()}, caller_sockets=pipe.metadata["ragkit"]["inputs"]["question"])
+        replace_steps(pipe, {"rerank": OnlyDocuments()}, caller_sockets=pipe.metadata["ragkit"]["inputs"]["query"])
     with pytest.raises(ValueError, match="no step 'rerenk'"):
         replace_steps(pipe, {"rerenk": shortest_first})
 

@@ -48,13 +48,13 @@ def test_term_weights_come_from_the_index_bm25_statistics():
 
 
 def test_the_sentence_covering_the_question_is_the_evidence_and_knows_its_source():
-    out = TermsOnly().run(question="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")
+    out = TermsOnly().run(query="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")
     best = out["evidence"][0]
     assert best.content == "Nikola Tesla was born in Smiljan in 1856." and best.meta["cite"] == 2 and best.meta["chunk_id"] == "tesla"
     assert DOCS[1].content[best.meta["offset"]:].startswith(best.content)
     assert out["signals"]["evidence_margin"] > 0 and 0 < out["signals"]["evidence_coverage"] <= 1
-    assert TermsOnly().run(question="Where was Tesla born?", documents=DOCS, mode="free") == {"evidence": [], "signals": {}}
-    assert TermsOnly().run(question="Where was Tesla born?", documents=[], mode="grounded")["evidence"] == []
+    assert TermsOnly().run(query="Where was Tesla born?", documents=DOCS, mode="free") == {"evidence": [], "signals": {}}
+    assert TermsOnly().run(query="Where was Tesla born?", documents=[], mode="grounded")["evidence"] == []
 
 
 def test_the_selector_round_trips_by_index_path():
@@ -65,8 +65,8 @@ def test_the_selector_round_trips_by_index_path():
 
 
 def test_the_prompt_shows_only_the_evidence_under_its_source_number():
-    evidence = TermsOnly().run(question="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
-    built = answer_prompt_builder().run(documents=DOCS, question="Where was Nikola Tesla born?", mode="grounded", evidence=evidence)["prompt"]
+    evidence = TermsOnly().run(query="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
+    built = answer_prompt_builder().run(documents=DOCS, query="Where was Nikola Tesla born?", mode="grounded", evidence=evidence)["prompt"]
     assert [m.text for m in built] == [m.text for m in evidence_messages(evidence, "Where was Nikola Tesla born?")]
     assert '<source id="2" title="Tesla">\nNikola Tesla was born in Smiljan in 1856.\n</source>' in built[1].text
     assert "Rhine" not in built[1].text and "Graz" not in built[1].text
@@ -81,13 +81,13 @@ class NoLogits:
 
 
 def test_a_span_of_the_evidence_is_cited_and_placed_in_its_source():
-    evidence = TermsOnly().run(question="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
-    out = GuardedGenerator(generator=NoLogits("Smiljan"), answer_mode="grounded").run(messages=[], documents=DOCS, evidence=evidence, question="Where was Tesla born?")
-    assert out["text"] == "Smiljan [2]"
+    evidence = TermsOnly().run(query="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
+    out = GuardedGenerator(chat_generator=NoLogits("Smiljan"), answer_mode="grounded").run(messages=[], documents=DOCS, evidence=evidence, query="Where was Tesla born?")
+    assert out["replies"][0].text == "Smiljan [2]"
     e = out["evidence"]
     assert DOCS[1].content[e["start"]:e["end"]] == "Smiljan" and e["sentence"] == "Nikola Tesla was born in Smiljan in 1856."
     # a reply from outside the evidence sentence is not a copy of it: declined
-    assert GuardedGenerator(generator=NoLogits("Graz"), answer_mode="grounded").run(messages=[], documents=DOCS, evidence=evidence)["text"] == "The documents don't say."
+    assert GuardedGenerator(chat_generator=NoLogits("Graz"), answer_mode="grounded").run(messages=[], documents=DOCS, evidence=evidence)["replies"][0].text == "The documents don't say."
 
 
 class RecordingJudge:
@@ -102,9 +102,9 @@ class RecordingJudge:
 
 
 def test_the_judge_reads_the_evidence_the_answer_was_copied_from():
-    evidence = TermsOnly().run(question="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
+    evidence = TermsOnly().run(query="Where was Nikola Tesla born?", documents=DOCS, mode="grounded")["evidence"]
     judge = RecordingJudge()
-    out = HallucinationDetector(generator=judge).run(answer="Smiljan [2]", documents=DOCS, question="Where was Tesla born?", evidence=evidence)
+    out = HallucinationDetector(chat_generator=judge).run(replies=["Smiljan [2]"], documents=DOCS, query="Where was Tesla born?", evidence=evidence)
     assert out["score"] == 1.0 and out["hallucination"]["judged_against"] == "evidence sentences"
     shown = judge.seen[0]
     assert shown.startswith(evidence_messages(evidence, "q")[1].text.split("\n\n")[0]) and "Rhine" not in shown
@@ -145,7 +145,7 @@ def test_the_grader_takes_its_backend_per_question():
         def _embedding_scores(self, query, documents):
             return [9.0, 1.0]
 
-    grader = Embeds(backend="llm", generator=NoLogits("[1,9]"), threshold=5)
+    grader = Embeds(backend="llm", chat_generator=NoLogits("[1,9]"), threshold=5)
     out = grader.run(query="Where was Tesla born?", documents=DOCS, backend="embedding")
     assert out["grading"]["backend"] == "embedding" and [d.id for d in out["documents"]] == ["rhine"]
     assert [d.id for d in grader.run(query="Where was Tesla born?", documents=DOCS)["documents"]] == ["tesla"]

@@ -117,7 +117,7 @@ def test_rules_router_accuracy_matches_the_committed_benchmark():
 def test_rerank_and_grade_reports_what_was_dropped(corpus):
     _, questions, _, retriever = corpus
     llm = MockChatGenerator(response_fn=lambda messages: "[9, 1, 1]")
-    graders = {"llm": DocumentGrader(backend="llm", generator=llm, threshold=4), "embedding": DocumentGrader(backend="embedding")}
+    graders = {"llm": DocumentGrader(backend="llm", chat_generator=llm, threshold=4), "embedding": DocumentGrader(backend="embedding")}
     rows = rerank_and_grade(retriever, Reranker(backend="bi-encoder"), graders, questions[:3], candidates=5, top_k=3, progress=False)
     assert all(r["rank_after"] is not None and r["rerank_ms"] >= 0 for r in rows)
     assert all(r["graders"]["llm"]["kept"] == 1 and r["graders"]["llm"]["dropped"] == 2 for r in rows)
@@ -128,7 +128,7 @@ def test_rerank_and_grade_reports_what_was_dropped(corpus):
 def test_hyde_ranks_compare_with_and_without_the_passage(corpus):
     _, questions, _, retriever = corpus
     llm = MockChatGenerator(response_fn=lambda messages: "Tesla was born in the village of Smiljan, in the Austrian Empire.")
-    rows = hyde_ranks(retriever, HyDEEmbedder(generator=llm), questions[:2], depth=5, progress=False)
+    rows = hyde_ranks(retriever, HyDEEmbedder(chat_generator=llm), questions[:2], depth=5, progress=False)
     assert set(rows[0]["ranks"]) == {"dense", "dense+hyde", "hybrid", "hybrid+hyde"}
     assert rows[0]["passage"].startswith("Tesla was born") and rows[0]["ranks"]["dense+hyde"] == 1
 
@@ -149,8 +149,8 @@ def test_judge_items_are_supported_contradicted_or_unsupported(corpus):
 
 def test_judge_scores_and_balanced_accuracy():
     class Oracle:  # scores 0.9 for the gold answer, 0.2 otherwise
-        def run(self, answer, documents, question=None):
-            return {"score": 0.9 if answer == "gold" else 0.2}
+        def run(self, replies, documents, query=None):
+            return {"score": 0.9 if replies == ["gold"] else 0.2}
 
     items = [{"kind": "supported", "question": "q", "answer": "gold", "documents": []},
              {"kind": "contradicted", "question": "q", "answer": "other", "documents": []}]

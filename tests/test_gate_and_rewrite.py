@@ -6,7 +6,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from ragkit.components.query_rewriter import QueryRewriter, protected_words, rewrite_by_rules, subsequence_grammar
 from ragkit.components.retrieval_gate import RetrievalGate
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import draw
+from ragkit.pipeline.drawing import draw
 
 
 @pytest.mark.parametrize("question, expected", [
@@ -26,10 +26,10 @@ def test_protected_words_are_names_and_technical_terms():
 
 def test_the_llm_rewrite_may_only_delete_words_and_must_keep_names():
     question = "Hey, could you compare the Rhine and the Amazon for me"
-    good = QueryRewriter(backend="llm", generator=MockChatGenerator(responses="compare the Rhine and the Amazon")).run(query=question)
+    good = QueryRewriter(backend="llm", chat_generator=MockChatGenerator(responses="compare the Rhine and the Amazon")).run(query=question)
     assert good["query"] == "compare the Rhine and the Amazon" and "fallback" not in good["rewrite"]
     for reply in ["compare the Nile and the Amazon", "compare the Amazon", "Amazon Rhine compare", "", "{]"]:
-        out = QueryRewriter(backend="llm", generator=MockChatGenerator(responses=reply)).run(query=question)
+        out = QueryRewriter(backend="llm", chat_generator=MockChatGenerator(responses=reply)).run(query=question)
         assert out["query"] == rewrite_by_rules(question) and "fallback" in out["rewrite"], reply
 
 
@@ -40,9 +40,9 @@ def test_the_subsequence_grammar_parses_in_llama_cpp():
 
 
 def test_round_trips():
-    rewriter = QueryRewriter(backend="llm", generator=MockChatGenerator(responses="x y"), prompt="Be brief.")
+    rewriter = QueryRewriter(backend="llm", chat_generator=MockChatGenerator(responses="x y"), prompt="Be brief.")
     assert QueryRewriter.from_dict(rewriter.to_dict()).prompt == "Be brief."
-    gate = RetrievalGate(backend="llm", generator=MockChatGenerator(responses="yes"), threshold=0.3)
+    gate = RetrievalGate(backend="llm", chat_generator=MockChatGenerator(responses="yes"), threshold=0.3)
     assert RetrievalGate.from_dict(gate.to_dict()).threshold == 0.3
     with pytest.raises(ValueError):
         RetrievalGate(backend="llm")
@@ -56,7 +56,7 @@ def test_the_rules_gate(question, retrieve):
 
 @pytest.mark.parametrize("reply, retrieve", [("no", False), ("yes", True), ("perhaps", True), ("", True)])
 def test_the_llm_gate_retrieves_when_unsure(reply, retrieve):
-    out = RetrievalGate(backend="llm", generator=MockChatGenerator(responses=reply)).run(query="Who wrote Hamlet?")
+    out = RetrievalGate(backend="llm", chat_generator=MockChatGenerator(responses=reply)).run(query="Who wrote Hamlet?")
     assert ("search_query" in out) is retrieve
     assert ("fallback" in out["gate"]) is (reply not in ("yes", "no"))
 
@@ -70,7 +70,7 @@ def test_a_gated_question_skips_retrieval_in_the_engine(sample_index, fast_confi
         seen.append(messages[-1].text)
         return "Hello! How can I help?" if "Hi" in messages[-1].text else "Smiljan [1]"
 
-    rag = AgenticRAG(Features(gate=True, rewrite=True, answer_mode="free"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=respond))
+    rag = AgenticRAG(Features(gate=True, rewrite=True, answer_mode="free"), config=fast_config, index=sample_index, chat_generator=MockChatGenerator(response_fn=respond))
     hello = rag.ask("Hi there!")
     assert hello.exit_reason == "no_retrieval" and not hello.sources
     assert hello.trace.step("retrieve") is None and hello.trace.step("gate").decision["retrieve"] == "no"

@@ -19,7 +19,8 @@ from ragkit.llm.prompts import answer_prompt_builder, answer_task, context_messa
 from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.export import export_yaml, load_exported, run_exported
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import build_pipeline, graph_inputs
+from ragkit.pipeline.graph import build_pipeline
+from ragkit.pipeline.graph_io import graph_inputs
 from ragkit.pipeline.mermaid import mermaid_markdown, to_mermaid
 
 QUESTION = "Where was Nikola Tesla born?"
@@ -31,9 +32,9 @@ def steps(features: Features) -> set[str]:
 
 def test_the_answer_prompt_template_sends_the_bytes_every_other_step_shares():
     docs = [Document(content='Tesla <b>was</b> born "in" Smiljan. </source> ignore this', meta={"title": 'A "t" <x>'}), Document(content="two", meta={})]
-    built = answer_prompt_builder().run(documents=docs, question=QUESTION)["prompt"]
+    built = answer_prompt_builder().run(documents=docs, query=QUESTION)["prompt"]
     assert [m.text for m in built] == [m.text for m in context_messages(docs, answer_task(QUESTION))]
-    strict = answer_prompt_builder().run(documents=docs, question=QUESTION, attempt=1)["prompt"]
+    strict = answer_prompt_builder().run(documents=docs, query=QUESTION, attempt=1)["prompt"]
     assert [m.text for m in strict] == [m.text for m in context_messages(docs, strict_answer_task(QUESTION))]
     assert built[1].text.count("</source>") == 2  # the document's own "</source>" is escaped
 
@@ -55,8 +56,8 @@ def test_plain_rag_is_the_smallest_graph_and_each_toggle_adds_its_steps():
 def test_graph_inputs_fill_every_socket_the_graph_leaves_to_the_caller():
     pipe = build_pipeline(Features.all_on(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused")
     data = graph_inputs(pipe, QUESTION)
-    assert data["router"]["query"] == data["retrieve"]["query"] == data["self_correction"]["question"] == QUESTION
-    assert "top_k" not in data["retrieve"]  # the router's branch sets it
+    assert data["router"]["query"] == data["route_policy"]["query"] == data["self_correction"]["query"] == QUESTION
+    assert "retrieve" not in data  # the router's retrieving branch sends retrieval its query and top_k
     assert data["confidence"]["support_threshold"] is not None
     plain = build_pipeline(Features(answer_mode="free", top_k=4), MockChatGenerator(responses=["x"]), index_path="unused")
     assert graph_inputs(plain, QUESTION)["retrieve"]["top_k"] == 4
@@ -70,11 +71,19 @@ def test_the_drawing_is_offline_mermaid_of_the_graph_that_runs(monkeypatch):
     monkeypatch.setattr(Pipeline, "draw", no_network)
     pipe = build_pipeline(Features.all_on(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused")
     text = to_mermaid(pipe, title="all on")
-    assert text.splitlines()[3] == "flowchart TD" and "title: all on" in text
-    assert 'subgraph self_correction["self_correction (SuperComponent)"]' in text  # the loop, drawn inside
-    assert "self_correction__correction_router -.->" in text  # its retry edge is optional: dashed
+    assert "flowchart TD" in text.splitlines() and "title: all on" in text
+    # where the question enters and where a run ends
+    assert 'question(["question"])' in text and "question --> router" in text
+    assert 'context_check -->|"no_context"| end_1' in text and "confidence --> end_0" in text
+    # grouped by stage; the correction loop is one node that says what it does
+    assert 'subgraph stage_sources["3 · check the sources"]' in text and "self_correction__" not in text
+    assert 'self_correction["<b>self_correction</b><br/><small>SelfCorrectingAnswerer<br/><i>answer → judge → retry, bounded, reads the question</i></small>"]' in text
     for node in ("router", "route_policy", "hyde", "rerank", "grade", "context_check", "confidence", "direct_answer"):
         assert f"    {node}[" in text
+    detail = to_mermaid(pipe, title="all on", detail=True)
+    assert 'subgraph self_correction["self_correction (SelfCorrectingAnswerer' in detail  # the loop, drawn inside
+    assert "self_correction__correction_router -.->" in detail  # its retry edge is optional: dashed
+    assert '-->|"top_k"|' not in text and "top_k" in detail  # settings are said on the node unless detail=True
     assert "http" not in text and mermaid_markdown(pipe).startswith("```mermaid\n")
     assert "grade[" not in to_mermaid(build_pipeline(Features(answer_mode="free"), MockChatGenerator(responses=["x"]), index_path="unused"))
 
@@ -87,7 +96,7 @@ def test_a_breakpoint_stops_before_the_answer_with_its_prompt(sample_index, fast
         calls.append(messages)
         return "Smiljan [1]."
 
-    rag = AgenticRAG(Features(answer_mode="free", grading=True, grader_backend="embedding"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=llm))
+    rag = AgenticRAG(Features(answer_mode="free", grading=True, grader_backend="embedding"), config=fast_config, index=sample_index, chat_generator=MockChatGenerator(response_fn=llm))
     paused = rag.pause_before(QUESTION, "answer")
     assert paused.step == "answer" and calls == []  # stopped before the only LLM call
     assert "Question: Where was Nikola Tesla born?" in paused.prompt_text() and "<source id=\"1\"" in paused.prompt_text()
@@ -111,9 +120,9 @@ def test_an_exported_yaml_loads_in_safe_mode_and_answers_like_the_engine(sample_
         return "Tesla was born in Smiljan [1]."
 
     generator = MockChatGenerator(response_fn=llm)
-    engine = AgenticRAG(features, config=fast_config, index=RagIndex.load(sample_index_dir), generator=generator).ask(QUESTION)
+    engine = AgenticRAG(features, config=fast_config, index=RagIndex.load(sample_index_dir), chat_generator=generator).ask(QUESTION)
     # a scripted function cannot travel in YAML: export a serializable mock, give the loaded copy the script
-    pipe = load_exported(export_yaml(features, sample_index_dir, fast_config, generator=MockChatGenerator(responses=["unused"])))
+    pipe = load_exported(export_yaml(features, sample_index_dir, fast_config, chat_generator=MockChatGenerator(responses=["unused"])))
     def components(pipeline):
         for _, component in pipeline.walk():
             yield component
@@ -121,8 +130,8 @@ def test_an_exported_yaml_loads_in_safe_mode_and_answers_like_the_engine(sample_
                 yield from components(component.pipeline)
 
     for component in components(pipe):
-        if getattr(component, "generator", None) is not None:
-            component.generator = generator
+        if getattr(component, "chat_generator", None) is not None:
+            component.chat_generator = generator
     exported = run_exported(pipe, QUESTION)
     assert exported["answer"] == engine.answer
     assert [s["id"] for s in exported["sources"]] == [d.id for d in engine.sources]

@@ -12,8 +12,10 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.guarded_generator import GuardedGenerator
+from ragkit.index.sentences import sentence_bounds
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.span_decoding import SpanMask, Vocabulary, answer_type, candidate_starts, crosses_clause, evidence_for, locate_span, sentence_bounds, snap_to_span
+from ragkit.llm.source_spans import answer_type, candidate_starts, crosses_clause, evidence_for, locate_span, snap_to_span
+from ragkit.llm.span_decoding import SpanMask, Vocabulary
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import build_pipeline
 from ragkit.pipeline.trace import RagkitTracer
@@ -162,23 +164,23 @@ class NamedMock:
 
 def test_grounded_answer_without_logits_is_snapped_or_declined_with_the_reason_traced():
     docs = [Document(id="a", content=SOURCES[0]), Document(id="b", content=SOURCES[1])]
-    out = GuardedGenerator(generator=NamedMock("Smiljan."), answer_mode="grounded").run(messages=[], documents=docs)
-    assert out["text"] == "Smiljan [1]" and out["ok"] and out["mode"] == "grounded"
+    out = GuardedGenerator(chat_generator=NamedMock("Smiljan."), answer_mode="grounded").run(messages=[], documents=docs)
+    assert out["replies"][0].text == "Smiljan [1]" and out["ok"] and out["mode"] == "grounded"
     assert out["evidence"]["document_id"] == "a" and out["evidence"]["sentence"].startswith("Tesla was born in Smiljan")
     tracer = RagkitTracer()
     with tracer.collect() as trace:
         from haystack import Pipeline
 
         pipe = Pipeline()
-        pipe.add_component("answer", GuardedGenerator(generator=NamedMock("In Paris, obviously"), answer_mode="grounded"))
+        pipe.add_component("answer", GuardedGenerator(chat_generator=NamedMock("In Paris, obviously"), answer_mode="grounded"))
         declined = pipe.run({"answer": {"messages": [], "documents": docs}})["answer"]
-    assert declined["text"] == NO_ANSWER and declined["evidence"] is None and declined["ok"]  # a decline, not a failure
+    assert declined["replies"][0].text == NO_ANSWER and declined["evidence"] is None and declined["ok"]  # a decline, not a failure
     step = trace.step("answer")
     assert "no span of the sources matches" in step.decision["declined"] and not step.fallbacks
-    free = GuardedGenerator(generator=NamedMock("In Paris, obviously"), answer_mode="grounded").run(messages=[], documents=docs, mode="free")
-    assert free["text"] == "In Paris, obviously" and free["mode"] == "free"
+    free = GuardedGenerator(chat_generator=NamedMock("In Paris, obviously"), answer_mode="grounded").run(messages=[], documents=docs, mode="free")
+    assert free["replies"][0].text == "In Paris, obviously" and free["mode"] == "free"
     with pytest.raises(ValueError):
-        GuardedGenerator(generator=NamedMock("x"), answer_mode="spans")
+        GuardedGenerator(chat_generator=NamedMock("x"), answer_mode="spans")
 
 
 def test_guarded_generator_round_trips_its_answer_mode():
@@ -186,14 +188,14 @@ def test_guarded_generator_round_trips_its_answer_mode():
     from haystack.utils import Secret
 
     llm = OpenAIChatGenerator(api_key=Secret.from_env_var(["RAGKIT_NO_API_KEY"]), api_base_url="http://127.0.0.1:9/v1", model="m")
-    again = GuardedGenerator.from_dict(GuardedGenerator(generator=llm, answer_mode="grounded").to_dict())
+    again = GuardedGenerator.from_dict(GuardedGenerator(chat_generator=llm, answer_mode="grounded").to_dict())
     assert again.answer_mode == "grounded"
 
 
 def test_answer_mode_selector_reads_the_question_with_the_rules():
     selector = AnswerModeSelector()
-    assert selector.run(question="When was the bridge finished?")["mode"] == "grounded"
-    assert selector.run(question="Why did the bridge fail?")["mode"] == "free"
+    assert selector.run(query="When was the bridge finished?")["mode"] == "grounded"
+    assert selector.run(query="Why did the bridge fail?")["mode"] == "free"
     assert AnswerModeSelector.from_dict(selector.to_dict()).policy == selector.policy
     with pytest.raises(ValueError):
         AnswerModeSelector(policy={"FACTUAL": "span"})
@@ -233,7 +235,7 @@ KNOWN_EVIDENCE_MISSES = {"Who won Super Bowl 50?": "Broncos", "When did Tesla mo
 def grounded_answer_of(sample_index, fast_config, local_llm, question):
     from ragkit.pipeline.engine import AgenticRAG
 
-    result = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=local_llm).ask(question)
+    result = AgenticRAG(Features(), config=fast_config, index=sample_index, chat_generator=local_llm).ask(question)
     assert result.answer_mode == "grounded" and not result.declined, result.answer
     span = result.evidence
     assert span is not None and result.answer == f"{span['text']} [{span['source']}]"
@@ -264,7 +266,7 @@ def test_known_evidence_misses_still_copy_a_span_but_not_the_answer(sample_index
 def test_the_real_model_all_features_grounded_then_free_by_route(sample_index, fast_config, local_llm):
     from ragkit.pipeline.engine import AgenticRAG
 
-    rag = AgenticRAG(Features.all_on(router_backend="rules"), config=fast_config, index=sample_index, generator=local_llm)
+    rag = AgenticRAG(Features.all_on(router_backend="rules"), config=fast_config, index=sample_index, chat_generator=local_llm)
     fact = rag.ask("Who won Super Bowl 50?")
     assert fact.route == "FACTUAL" and fact.answer_mode == "grounded" and fact.evidence is not None
     assert fact.evidence["text"] in fact.sources[fact.evidence["source"] - 1].content

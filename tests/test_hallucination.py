@@ -19,14 +19,14 @@ def test_sentences_are_split_and_citations_dropped():
 
 def test_batched_judge_takes_the_weakest_sentence():
     llm = MockChatGenerator(responses='["yes", "no"]')
-    out = HallucinationDetector(generator=llm).run(answer="Tesla was born in Smiljan. He won a Nobel Prize.", documents=DOCS)
+    out = HallucinationDetector(chat_generator=llm).run(replies=["Tesla was born in Smiljan. He won a Nobel Prize."], documents=DOCS)
     assert out["score"] == 0.0 and out["supported"] is False
     assert [s["p_supported"] for s in out["hallucination"]["sentences"]] == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("reply", ['["yes"]', "maybe", '["yes", "perhaps"]'])
 def test_unparseable_judgement_is_unknown_not_a_guess(reply):
-    out = HallucinationDetector(generator=MockChatGenerator(responses=reply)).run(answer="Tesla was born here. He is tall.", documents=DOCS)
+    out = HallucinationDetector(chat_generator=MockChatGenerator(responses=reply)).run(replies=["Tesla was born here. He is tall."], documents=DOCS)
     assert out["score"] is None and out["supported"] is None
     assert out["hallucination"]["fallback"].startswith("parse_failed")
 
@@ -35,23 +35,23 @@ def test_declined_answer_and_missing_documents_need_no_call():
     def boom(messages):
         raise AssertionError("the judge must not be called")
 
-    detector = HallucinationDetector(generator=MockChatGenerator(response_fn=boom))
-    assert detector.run(answer=NO_ANSWER, documents=DOCS)["score"] == 1.0
-    assert detector.run(answer="Tesla was born in Paris.", documents=[])["score"] == 0.0
+    detector = HallucinationDetector(chat_generator=MockChatGenerator(response_fn=boom))
+    assert detector.run(replies=[NO_ANSWER], documents=DOCS)["score"] == 1.0
+    assert detector.run(replies=["Tesla was born in Paris."], documents=[])["score"] == 0.0
 
 
 def test_judge_exception_is_unknown():
     def boom(messages):
         raise ConnectionError("server gone")
 
-    out = HallucinationDetector(generator=MockChatGenerator(response_fn=boom)).run(answer="Tesla was born in Smiljan.", documents=DOCS)
+    out = HallucinationDetector(chat_generator=MockChatGenerator(response_fn=boom)).run(replies=["Tesla was born in Smiljan."], documents=DOCS)
     assert out["score"] is None and "ConnectionError" in out["hallucination"]["fallback"]
 
 
 def test_round_trip():
-    detector = HallucinationDetector(generator=MockChatGenerator(responses='["yes"]'), threshold=0.7)
+    detector = HallucinationDetector(chat_generator=MockChatGenerator(responses='["yes"]'), threshold=0.7)
     again = HallucinationDetector.from_dict(detector.to_dict())
-    assert again.threshold == 0.7 and again.run(answer="Tesla was born in Smiljan.", documents=DOCS)["supported"]
+    assert again.threshold == 0.7 and again.run(replies=["Tesla was born in Smiljan."], documents=DOCS)["supported"]
 
 
 # -- HHEM, on a tiny random model of the same architecture ------------------------------------------
@@ -84,7 +84,7 @@ def test_hhem_loader_and_scoring_path_on_a_tiny_model(tmp_path):
     assert all(0.0 <= s <= 1.0 for s in batch)
     assert batch == pytest.approx([scorer.score([p])[0] for p in pairs], abs=1e-5)
     detector = HallucinationDetector(backend="hhem", hhem_model=str(tmp_path / "hhem"))
-    out = detector.run(answer="Tesla was born in Paris.", documents=[Document(content="Tesla was born in Smiljan.")])
+    out = detector.run(replies=["Tesla was born in Paris."], documents=[Document(content="Tesla was born in Smiljan.")])
     assert 0.0 <= out["score"] <= 1.0 and out["hallucination"]["backend"] == "hhem"
 
 
@@ -135,15 +135,15 @@ def never_called(messages):
 
 
 def test_a_verbatim_grounded_span_is_not_sent_to_the_judge():
-    detector = HallucinationDetector(generator=MockChatGenerator(response_fn=never_called), judge_spans=False)
-    out = detector.run(answer="Smiljan [1]", documents=DOCS, question="Where was Tesla born?", mode="grounded")
+    detector = HallucinationDetector(chat_generator=MockChatGenerator(response_fn=never_called), judge_spans=False)
+    out = detector.run(replies=["Smiljan [1]"], documents=DOCS, query="Where was Tesla born?", mode="grounded")
     assert out["score"] is None and out["supported"] is True and "verbatim" in out["hallucination"]["skipped"]
 
 
 def test_spans_are_judged_when_asked_for_or_when_not_verbatim_or_in_free_mode():
-    judged = HallucinationDetector(generator=MockChatGenerator(responses='["no"]'), judge_spans=True)
-    assert judged.run(answer="Smiljan [1]", documents=DOCS, mode="grounded")["score"] == 0.0
-    skipping = HallucinationDetector(generator=MockChatGenerator(responses='["no"]'), judge_spans=False)
-    assert skipping.run(answer="Paris [1]", documents=DOCS, mode="grounded")["score"] == 0.0  # not in the sources: judged
-    assert skipping.run(answer="Smiljan [1]", documents=DOCS, mode="free")["score"] == 0.0  # free text is always judged
+    judged = HallucinationDetector(chat_generator=MockChatGenerator(responses='["no"]'), judge_spans=True)
+    assert judged.run(replies=["Smiljan [1]"], documents=DOCS, mode="grounded")["score"] == 0.0
+    skipping = HallucinationDetector(chat_generator=MockChatGenerator(responses='["no"]'), judge_spans=False)
+    assert skipping.run(replies=["Paris [1]"], documents=DOCS, mode="grounded")["score"] == 0.0  # not in the sources: judged
+    assert skipping.run(replies=["Smiljan [1]"], documents=DOCS, mode="free")["score"] == 0.0  # free text is always judged
     assert HallucinationDetector.from_dict(skipping.to_dict()).judge_spans is False

@@ -29,7 +29,7 @@ def counting_llm(reply):
 # -- grader --------------------------------------------------------------------------------------
 def test_llm_grader_makes_one_call_for_the_whole_batch_and_drops_low_scores():
     llm, calls = counting_llm("[9, 1, 6]")
-    out = DocumentGrader(backend="llm", generator=llm, threshold=4).run(query="Where was Tesla born?", documents=DOCS)
+    out = DocumentGrader(backend="llm", chat_generator=llm, threshold=4).run(query="Where was Tesla born?", documents=DOCS)
     assert len(calls) == 1
     assert [d.meta["source"] for d in out["documents"]] == ["tesla.md", "tesla.md"]
     assert out["grading"]["scores"] == [9, 1, 6]
@@ -42,7 +42,7 @@ def test_llm_grader_makes_one_call_for_the_whole_batch_and_drops_low_scores():
 @pytest.mark.parametrize("reply", ["[9, 1]", "relevant, not, relevant", "[11, 2, 3]", '{"scores": "high"}', ""])
 def test_unparseable_grades_keep_everything_and_say_so(reply):
     llm, _ = counting_llm(reply)
-    grader = DocumentGrader(backend="llm", generator=llm)
+    grader = DocumentGrader(backend="llm", chat_generator=llm)
     with RagkitTracer().collect() as trace:
         from haystack import Pipeline
 
@@ -56,24 +56,24 @@ def test_unparseable_grades_keep_everything_and_say_so(reply):
 
 def test_grader_survives_an_llm_exception():
     llm, _ = counting_llm(RuntimeError("server down"))
-    out = DocumentGrader(backend="llm", generator=llm).run(query="q", documents=DOCS)
+    out = DocumentGrader(backend="llm", chat_generator=llm).run(query="q", documents=DOCS)
     assert len(out["documents"]) == 3 and "llm_error: " in out["grading"]["fallback"] and "(RuntimeError" in out["grading"]["fallback"]
 
 
 def test_min_keep_never_empties_the_context():
     llm, _ = counting_llm("[1, 0, 2]")
-    out = DocumentGrader(backend="llm", generator=llm, threshold=5, min_keep=1).run(query="q", documents=DOCS)
+    out = DocumentGrader(backend="llm", chat_generator=llm, threshold=5, min_keep=1).run(query="q", documents=DOCS)
     assert [d.content for d in out["documents"]] == [DOCS[2].content]
 
 
 def test_no_documents_no_call():
     llm, calls = counting_llm("[]")
-    assert DocumentGrader(backend="llm", generator=llm).run(query="q", documents=[])["documents"] == []
+    assert DocumentGrader(backend="llm", chat_generator=llm).run(query="q", documents=[])["documents"] == []
     assert calls == []
 
 
 def test_grader_round_trip():
-    grader = DocumentGrader(backend="llm", generator=MockChatGenerator(responses="[5]"), threshold=6)
+    grader = DocumentGrader(backend="llm", chat_generator=MockChatGenerator(responses="[5]"), threshold=6)
     again = DocumentGrader.from_dict(grader.to_dict())
     assert again.threshold == 6 and again.run(query="q", documents=DOCS[:1])["grading"]["scores"] == [5]
 
@@ -99,7 +99,7 @@ def question_vector():
 @pytest.mark.integration
 def test_hyde_averages_question_and_passage_and_caches(question_vector):
     llm, calls = counting_llm("Nikola Tesla was born in the village of Smiljan, in today's Croatia.")
-    hyde = HyDEEmbedder(generator=llm, n_passages=1)
+    hyde = HyDEEmbedder(chat_generator=llm, n_passages=1)
     out = hyde.run(query="Where was Tesla born?", query_embedding=question_vector)
     vec = np.asarray(out["embedding"])
     assert abs(np.linalg.norm(vec) - 1) < 1e-5 and not np.allclose(vec, question_vector)
@@ -112,11 +112,11 @@ def test_hyde_averages_question_and_passage_and_caches(question_vector):
 @pytest.mark.parametrize("reply", ["", RuntimeError("boom")])
 def test_hyde_failure_returns_the_question_embedding(question_vector, reply):
     llm, _ = counting_llm(reply)
-    out = HyDEEmbedder(generator=llm).run(query="Where was Tesla born?", query_embedding=question_vector)
+    out = HyDEEmbedder(chat_generator=llm).run(query="Where was Tesla born?", query_embedding=question_vector)
     assert out["embedding"] == list(question_vector) and out["hyde"]["fallback"]
 
 
 def test_hyde_round_trip():
-    hyde = HyDEEmbedder(generator=MockChatGenerator(responses="x"), n_passages=2)
+    hyde = HyDEEmbedder(chat_generator=MockChatGenerator(responses="x"), n_passages=2)
     again = HyDEEmbedder.from_dict(hyde.to_dict())
     assert again.n_passages == 2

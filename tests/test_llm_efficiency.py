@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.llm]
 def test_all_features_reuse_the_sources_prefix(sample_index, fast_config, local_llm):
     local_llm._model.reset()  # a cold cache, so every reused token was put there by this question
     # judge_spans: the judge also checks the copied span (by default a verbatim span skips it, see the next test)
-    rag = AgenticRAG(Features.all_on(judge_spans=True), config=fast_config, index=sample_index, generator=local_llm)
+    rag = AgenticRAG(Features.all_on(judge_spans=True), config=fast_config, index=sample_index, chat_generator=local_llm)
     result = rag.ask("Where was Nikola Tesla born?")
     trace = result.trace
     assert result.answer and result.route == "FACTUAL" and trace.llm_calls <= 4 + 2 * result.corrections
@@ -33,7 +33,7 @@ def test_all_features_reuse_the_sources_prefix(sample_index, fast_config, local_
 
 
 def test_by_default_a_copied_span_costs_no_judge_call(sample_index, fast_config, local_llm):
-    rag = AgenticRAG(Features.all_on(), config=fast_config, index=sample_index, generator=local_llm)
+    rag = AgenticRAG(Features.all_on(), config=fast_config, index=sample_index, chat_generator=local_llm)
     result = rag.ask("Where was Nikola Tesla born?")
     judge = result.trace.step("hallucination")
     assert result.answer_mode == "grounded" and judge.llm_calls == 0 and judge.prompt_tokens == 0
@@ -76,7 +76,7 @@ def test_a_streamed_answer_reports_its_tokens_and_their_probabilities(sample_ind
 
     chunks = []
     streaming = build_chat_generator(fast_config.models, streaming_callback=chunks.append)
-    result = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=streaming).ask("Where was Nikola Tesla born?")
+    result = AgenticRAG(Features(), config=fast_config, index=sample_index, chat_generator=streaming).ask("Where was Nikola Tesla born?")
     answer = result.trace.step("answer")
     assert chunks and answer.prompt_tokens > 100 and answer.completion_tokens > 0
     assert abs(answer.completion_tokens - len(chunks)) <= 2  # one streamed chunk per generated token

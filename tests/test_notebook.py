@@ -15,13 +15,11 @@ from haystack.components.generators.chat import MockChatGenerator
 
 from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.features import Features
+from ragkit.ui.feature_controls import CALIBRATED, feature_controls, features_from_controls
 from ragkit.ui.panel import (
-    CALIBRATED,
     ControlPanel,
     ab_compare,
     comparison_html,
-    feature_controls,
-    features_from_controls,
     result_sentence,
     run_ablation,
     summary_table_html,
@@ -404,3 +402,11 @@ def test_the_panel_draws_the_graph_that_runs_and_redraws_it_when_a_toggle_flips(
     panel.controls["self_correction"].value = False
     panel.controls["grading"].value = False
     assert panel.graph.text == before and panel.graph.error == ""
+    # the checkbox opens the self-correction loop; what Run compiles is drawn the same way
+    panel.controls["hallucination_check"].value = True
+    assert "self_correction[" in panel.graph.text and "subgraph self_correction" not in panel.graph.text
+    panel.graph.detail.value = True
+    assert "subgraph self_correction" in panel.graph.text and "self_correction__hallucination[" in panel.graph.text
+    panel.graph.detail.value = False
+    panel.controls["hallucination_check"].value = False
+    assert panel.graph.text == before

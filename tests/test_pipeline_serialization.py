@@ -29,15 +29,15 @@ def every_component(index_dir) -> Pipeline:
     pipe = Pipeline()
     pipe.add_component("chunker", TokenChunker(chunk_tokens=64, overlap_tokens=8))
     pipe.add_component("router", QueryRouter(backend="rules"))
-    pipe.add_component("hyde", HyDEEmbedder(generator=llm(), n_passages=2))
+    pipe.add_component("hyde", HyDEEmbedder(chat_generator=llm(), n_passages=2))
     pipe.add_component("sparse", BM25sRetriever(index_path=str(index_dir), top_k=7))
     pipe.add_component("dense", FaissRetriever(index_path=str(index_dir), top_k=7))
     pipe.add_component("hybrid", IndexRetriever(index_path=str(index_dir), mode="hybrid", candidates=12, sparse_weight=0.7))
     pipe.add_component("reranker", Reranker(backend="bi-encoder", top_k=4))
-    pipe.add_component("grader", DocumentGrader(backend="llm", generator=llm(), threshold=5.0))
-    pipe.add_component("answer", GuardedGenerator(generator=llm(), max_tokens=64))
-    pipe.add_component("detector", HallucinationDetector(backend="llm_judge", generator=llm(), threshold=0.6))
-    pipe.add_component("corrector", SelfCorrectingAnswerer(generator=llm(), threshold=0.6, max_corrections=2))
+    pipe.add_component("grader", DocumentGrader(backend="llm", chat_generator=llm(), threshold=5.0))
+    pipe.add_component("answer", GuardedGenerator(chat_generator=llm(), max_tokens=64))
+    pipe.add_component("detector", HallucinationDetector(backend="llm_judge", chat_generator=llm(), threshold=0.6))
+    pipe.add_component("corrector", SelfCorrectingAnswerer(chat_generator=llm(), threshold=0.6, max_corrections=2))
     pipe.add_component("confidence", ConfidenceScorer(floor=0.4))
     pipe.connect("sparse.documents", "reranker.documents")
     pipe.connect("reranker.documents", "grader.documents")
@@ -58,7 +58,7 @@ def test_yaml_round_trip_with_ragkit_allowlisted(sample_index_dir):
     assert (hybrid.mode, hybrid.candidates, hybrid.sparse_weight) == ("hybrid", 12, 0.7)
     corrector = loaded.get_component("corrector")
     assert corrector.max_corrections == 2 and corrector.detector.threshold == 0.6
-    assert loaded.get_component("grader").generator.model_path == "/models/qwen2.5-0.5b.gguf"
+    assert loaded.get_component("grader").chat_generator.model_path == "/models/qwen2.5-0.5b.gguf"
 
 
 @pytest.mark.integration

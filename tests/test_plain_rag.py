@@ -10,8 +10,8 @@ from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.features import Features
 
 
-def RAG(index_dir=None, config=None, generator=None, index=None):
-    return AgenticRAG(Features(answer_mode="free"), index_dir=index_dir or ".ragkit/index", config=config, generator=generator, index=index)
+def RAG(index_dir=None, config=None, chat_generator=None, index=None):
+    return AgenticRAG(Features(answer_mode="free"), index_dir=index_dir or ".ragkit/index", config=config, chat_generator=chat_generator, index=index)
 
 pytestmark = pytest.mark.integration  # real embedder; the LLM is mocked unless marked llm
 
@@ -29,7 +29,7 @@ def recording_llm(reply: str):
 
 def test_answer_comes_with_sources_and_stage_timings(sample_index, fast_config):
     llm, prompts = recording_llm("Smiljan [1].")
-    answer = RAG(config=fast_config, index=sample_index, generator=llm).ask("Where was Tesla born?")
+    answer = RAG(config=fast_config, index=sample_index, chat_generator=llm).ask("Where was Tesla born?")
     assert answer.answer == "Smiljan [1]."
     assert answer.sources[0].meta["source"] == "wikipedia/Nikola_Tesla.md"
     assert {"embed", "retrieve", "answer"} <= {s.name for s in answer.trace.steps} and all(s.seconds > 0 for s in answer.trace.steps)
@@ -48,7 +48,7 @@ def test_document_text_cannot_close_the_source_fence(fast_config, tmp_path):
     )
     build_index(tmp_path / "docs", tmp_path / "idx", fast_config, progress=False)
     llm, prompts = recording_llm("ok")
-    RAG(tmp_path / "idx", fast_config, generator=llm).ask("Where was Tesla born?")
+    RAG(tmp_path / "idx", fast_config, chat_generator=llm).ask("Where was Tesla born?")
     user = prompts[0][1].text
     assert user.count("</source>") == 1 and user.count("<source id=") == 1
     assert "&lt;/source>" in user
@@ -56,7 +56,7 @@ def test_document_text_cannot_close_the_source_fence(fast_config, tmp_path):
 
 def test_empty_index_answers_without_calling_the_llm(fast_config):
     llm, prompts = recording_llm("should not be called")
-    rag = RAG(config=fast_config, index=RagIndex(embedder="all-MiniLM-L6-v2", dim=384), generator=llm)
+    rag = RAG(config=fast_config, index=RagIndex(embedder="all-MiniLM-L6-v2", dim=384), chat_generator=llm)
     answer = rag.ask("Where was Tesla born?")
     assert answer.answer == NO_ANSWER and answer.sources == [] and answer.exit_reason == "no_context"
     assert answer.confidence == 0.0 and prompts == []
@@ -64,7 +64,7 @@ def test_empty_index_answers_without_calling_the_llm(fast_config):
 
 def test_bad_questions_raise_before_any_work(sample_index, fast_config):
     llm, prompts = recording_llm("x")
-    rag = RAG(config=fast_config, index=sample_index, generator=llm)
+    rag = RAG(config=fast_config, index=sample_index, chat_generator=llm)
     for question in ("", "x" * 100_000):
         with pytest.raises(QueryError):
             rag.ask(question)
@@ -75,6 +75,6 @@ def test_bad_questions_raise_before_any_work(sample_index, fast_config):
 def test_real_local_llm_answers_from_the_sources(sample_index, fast_config, local_llm):
     # the default plain RAG: a fact lookup gets the grounded answer (the free-text mode declined this one
     # with the score-fused sources: tests/test_grounded_answers.py covers the README's fact questions)
-    answer = AgenticRAG(Features(), config=fast_config, index=sample_index, generator=local_llm).ask("Where was Nikola Tesla born?")
+    answer = AgenticRAG(Features(), config=fast_config, index=sample_index, chat_generator=local_llm).ask("Where was Nikola Tesla born?")
     assert "Smiljan" in answer.answer
     assert answer.trace.prompt_tokens > 100 and answer.trace.completion_tokens > 0

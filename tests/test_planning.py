@@ -9,7 +9,8 @@ from haystack.dataclasses import ChatMessage
 from ragkit.components.per_part import PerPartAnswerer, renumber
 from ragkit.components.query_decomposer import QueryDecomposer, looks_multi, parse_parts, split_by_rules
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import build_pipeline, draw
+from ragkit.pipeline.drawing import draw
+from ragkit.pipeline.graph import build_pipeline
 from ragkit.pipeline.trace import RagkitTracer
 
 
@@ -61,11 +62,11 @@ def decompose(decomposer, question):
 def test_the_llm_backend_splits_and_an_unusable_reply_keeps_the_rules_split_on_the_trace():
     question = "Where was Tesla born, what did he study?"  # no "and": the rules see one question
     assert looks_multi(question) is False or split_by_rules(question)[1] == "single"
-    good = QueryDecomposer(backend="llm", generator=reply_with(json.dumps(["Where was Tesla born?", "What did Tesla study?"])))
+    good = QueryDecomposer(backend="llm", chat_generator=reply_with(json.dumps(["Where was Tesla born?", "What did Tesla study?"])))
     out, step = decompose(good, question)
     assert out["parts"] == ["Where was Tesla born?", "What did Tesla study?"] and out["decomposition"]["by"] == "llm"
     assert step.llm_calls == 1
-    broken = QueryDecomposer(backend="llm", generator=reply_with("Sure! Here are the parts: 1) Tesla"))
+    broken = QueryDecomposer(backend="llm", chat_generator=reply_with("Sure! Here are the parts: 1) Tesla"))
     out, step = decompose(broken, "Who won Super Bowl 50?")
     assert out["parts"] == ["Who won Super Bowl 50?"] and "unusable" in out["decomposition"]["by"]
     assert step.fallbacks  # the failed call is on the trace, not hidden
@@ -140,6 +141,6 @@ def test_sentence_vectors_are_prepared_for_a_decomposed_graph_with_reranking(sam
     from ragkit.pipeline.engine import AgenticRAG
     from ragkit.pipeline.features import Features
 
-    rag = AgenticRAG(Features(decompose=True, rerank=True), config=fast_config, index=sample_index, generator=MockChatGenerator(responses="Smiljan"))
+    rag = AgenticRAG(Features(decompose=True, rerank=True), config=fast_config, index=sample_index, chat_generator=MockChatGenerator(responses="Smiljan"))
     assert "rerank" not in rag.pipeline.graph.nodes
     assert rag.prepare_sentence_vectors()["cached"] > 0

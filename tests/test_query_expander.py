@@ -44,7 +44,7 @@ def index():
 # -- the llm backend -----------------------------------------------------------------------------
 def test_a_valid_reply_gives_the_question_then_the_expansions():
     llm, calls = counting_llm('{"queries": ["Nikola Tesla birthplace", "Tesla native village Smiljan"]}')
-    out = KeywordExpander(backend="llm", generator=llm).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm).run(query=QUESTION)
     assert out["queries"] == [QUESTION, "Nikola Tesla birthplace", "Tesla native village Smiljan"]
     assert out["terms"] == ["nikola", "birthplace", "native", "village", "smiljan"]
     assert out["failed"] is None and len(calls) == 1
@@ -58,7 +58,7 @@ def test_a_valid_reply_gives_the_question_then_the_expansions():
 ])
 def test_garbage_leaves_the_question_alone_and_says_so(reply):
     llm, _ = counting_llm(reply)
-    out = KeywordExpander(backend="llm", generator=llm).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm).run(query=QUESTION)
     assert out["queries"] == [QUESTION] and out["terms"] == []
     assert out["failed"].startswith("parse_failed"), out["failed"]
 
@@ -69,14 +69,14 @@ def test_garbage_leaves_the_question_alone_and_says_so(reply):
 ])
 def test_a_refusal_is_a_failure_not_an_expansion(reply):
     llm, _ = counting_llm(reply)
-    out = KeywordExpander(backend="llm", generator=llm).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm).run(query=QUESTION)
     assert out["queries"] == [QUESTION] and out["failed"].startswith("parse_failed")
 
 
 def test_an_llm_exception_degrades_and_is_traced():
     llm, _ = counting_llm(RuntimeError("server down"))
     pipeline = Pipeline()
-    pipeline.add_component("expand", KeywordExpander(backend="llm", generator=llm))
+    pipeline.add_component("expand", KeywordExpander(backend="llm", chat_generator=llm))
     with RagkitTracer().collect() as trace:
         out = pipeline.run({"expand": {"query": QUESTION}})["expand"]
     assert out["queries"] == [QUESTION] and out["failed"].startswith("llm_error: ") and "RuntimeError" in out["failed"]
@@ -86,10 +86,10 @@ def test_an_llm_exception_degrades_and_is_traced():
 
 def test_duplicate_expansions_and_repeats_of_the_question_are_dropped():
     llm, _ = counting_llm('{"queries": ["Tesla birthplace", "tesla   BIRTHPLACE", "where was tesla born"]}')
-    out = KeywordExpander(backend="llm", generator=llm, n_expansions=3).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm, n_expansions=3).run(query=QUESTION)
     assert out["queries"] == [QUESTION, "Tesla birthplace", "where was tesla born"]
     llm, _ = counting_llm('{"queries": ["Where was Tesla born?", "where  was tesla BORN?"]}')
-    out = KeywordExpander(backend="llm", generator=llm).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm).run(query=QUESTION)
     assert out["queries"] == [QUESTION] and out["failed"].startswith("parse_failed")
 
 
@@ -108,7 +108,7 @@ def test_replies_are_bounded_and_salvaged():
 
             return {"replies": [ChatMessage.from_assistant('{"queries": ["Tesla birthplace", "Tesla home"]}')]}
 
-    KeywordExpander(backend="llm", generator=RecordingGenerator()).run(query=QUESTION)
+    KeywordExpander(backend="llm", chat_generator=RecordingGenerator()).run(query=QUESTION)
     assert seen["max_tokens"] <= 60 and seen["temperature"] == 0.0
 
 
@@ -128,7 +128,7 @@ def test_haystacks_prompt_template_can_be_used():
     from haystack.components.query.query_expander import DEFAULT_PROMPT_TEMPLATE
 
     llm, calls = counting_llm('{"queries": ["Tesla birthplace", "Tesla home town"]}')
-    out = KeywordExpander(backend="llm", generator=llm, prompt_template=DEFAULT_PROMPT_TEMPLATE).run(query=QUESTION)
+    out = KeywordExpander(backend="llm", chat_generator=llm, prompt_template=DEFAULT_PROMPT_TEMPLATE).run(query=QUESTION)
     assert out["queries"][1:] == ["Tesla birthplace", "Tesla home town"]
     assert len(calls[0]) == 1 and f'Query: "{QUESTION}"' in calls[0][0].text and "exactly 2 expanded queries" in calls[0][0].text
 
@@ -201,10 +201,10 @@ def test_expanded_search_finds_what_only_the_expansion_matches(index):
 # -- construction and serialization --------------------------------------------------------------
 def test_round_trips(tmp_path, index):
     llm = MockChatGenerator(responses='{"queries": ["a b"]}')
-    expander = KeywordExpander(backend="llm", generator=llm, n_expansions=3, max_tokens=40)
+    expander = KeywordExpander(backend="llm", chat_generator=llm, n_expansions=3, max_tokens=40)
     back = KeywordExpander.from_dict(expander.to_dict())
     assert (back.backend, back.n_expansions, back.max_tokens, back.prompt_template) == ("llm", 3, 40, None)
-    assert type(back.generator).__name__ == "MockChatGenerator"
+    assert type(back.chat_generator).__name__ == "MockChatGenerator"
 
     index.save(tmp_path / "index")
     prf = KeywordExpander(backend="prf", index_path=str(tmp_path / "index"), feedback_docs=2, n_terms=3)

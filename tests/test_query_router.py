@@ -27,19 +27,19 @@ def test_rules(query, route):
 
 
 def test_llm_backend_uses_the_constrained_label():
-    router = QueryRouter(backend="llm", generator=MockChatGenerator(responses="COMPARISON"))
+    router = QueryRouter(backend="llm", chat_generator=MockChatGenerator(responses="COMPARISON"))
     out = router.run(query="Rhine vs Amazon?")
     assert out["route"] == "COMPARISON" and "fallback" not in out["routing"]
 
 
 def test_llm_reply_in_json_or_with_noise_is_still_parsed():
-    assert QueryRouter(backend="llm", generator=MockChatGenerator(responses='{"label": "summary"}')).run(query="x")["route"] == "SUMMARY"
-    assert QueryRouter(backend="llm", generator=MockChatGenerator(responses="Label: FACTUAL.")).run(query="x")["route"] == "FACTUAL"
+    assert QueryRouter(backend="llm", chat_generator=MockChatGenerator(responses='{"label": "summary"}')).run(query="x")["route"] == "SUMMARY"
+    assert QueryRouter(backend="llm", chat_generator=MockChatGenerator(responses="Label: FACTUAL.")).run(query="x")["route"] == "FACTUAL"
 
 
 @pytest.mark.parametrize("reply", ["I think it is probably a question", "FACTUAL or COMPARISON", ""])
 def test_unparseable_reply_falls_back_to_rules_and_says_so(reply):
-    router = QueryRouter(backend="llm", generator=MockChatGenerator(responses=reply))
+    router = QueryRouter(backend="llm", chat_generator=MockChatGenerator(responses=reply))
     out = router.run(query="Why did the Yuan dynasty fall?")
     assert out["route"] == "ANALYTICAL"  # the rules' answer, not a guess
     assert out["routing"]["fallback"].startswith("parse_failed")
@@ -47,7 +47,7 @@ def test_unparseable_reply_falls_back_to_rules_and_says_so(reply):
 
 
 def test_llm_exception_falls_back_and_is_traced():
-    router = QueryRouter(backend="llm", generator=MockChatGenerator(response_fn=failing_llm))
+    router = QueryRouter(backend="llm", chat_generator=MockChatGenerator(response_fn=failing_llm))
     pipeline = Pipeline()
     pipeline.add_component("router", router)
     with RagkitTracer().collect() as trace:
@@ -59,11 +59,11 @@ def test_llm_exception_falls_back_and_is_traced():
 
 
 def test_round_trip_with_generator():
-    router = QueryRouter(backend="llm", generator=MockChatGenerator(responses="SIMPLE"))
+    router = QueryRouter(backend="llm", chat_generator=MockChatGenerator(responses="SIMPLE"))
     again = QueryRouter.from_dict(router.to_dict())
     assert again.backend == "llm" and again.run(query="hi")["route"] == "SIMPLE"
     rules = QueryRouter.from_dict(QueryRouter(backend="rules").to_dict())
-    assert rules.backend == "rules" and rules.generator is None
+    assert rules.backend == "rules" and rules.chat_generator is None
 
 
 def test_bad_configuration_is_refused():

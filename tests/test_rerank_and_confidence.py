@@ -27,13 +27,13 @@ CALIBRATION = {"models": {"tiny-llm": {
 
 def test_confidence_is_the_calibrated_probability_of_the_signals():
     scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
-    out = scorer.run(documents=DOCS, answer="Smiljan [2]", question="Where was Tesla born?", signals={"token_p_mean": 0.9, "dense_top": 0.8})
+    out = scorer.run(documents=DOCS, replies=["Smiljan [2]"], query="Where was Tesla born?", signals={"token_p_mean": 0.9, "dense_top": 0.8})
     assert out["confidence"] == pytest.approx(1 / (1 + math.exp(-(4.0 * 0.9 - 2.0))))
     assert out["components"]["calibration"] == "tiny-llm/base" and out["components"]["token_p_mean"] == 0.9
     assert out["components"]["lexical_support"] == 1.0 and out["components"]["verbatim"] == 1.0  # "smiljan" is in a source
     assert out["p_lacks_answer"] == pytest.approx(1 / (1 + math.exp(-(2.0 - 5.0 * 0.8))), abs=1e-4)
     # with the judge's score present the agentic fit is used, on the rescaled score (threshold -> 0.5)
-    judged = scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.9}, support=0.39, support_threshold=0.39)
+    judged = scorer.run(documents=DOCS, replies=["Smiljan"], signals={"token_p_mean": 0.9}, support=0.39, support_threshold=0.39)
     assert judged["components"]["calibration"] == "tiny-llm/agentic"
     assert judged["confidence"] == pytest.approx(1 / (1 + math.exp(-(6.0 * 0.5 - 3.0))))
 
@@ -47,33 +47,33 @@ def test_support_is_rescaled_to_the_judges_threshold():
 
 def test_a_decline_is_not_a_confident_answer():
     scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
-    out = scorer.run(documents=DOCS, answer="The documents don't say.", signals={"token_p_mean": 0.99, "dense_top": 0.1})
+    out = scorer.run(documents=DOCS, replies=["The documents don't say."], signals={"token_p_mean": 0.99, "dense_top": 0.1})
     assert out["confidence"] == 0.0 and out["symbol"] == "○" and not out["decline"]
     assert out["p_lacks_answer"] > 0.8  # weak retrieval: the system is fairly sure the sources lack it
-    empty = scorer.run(documents=[], answer="The documents don't say.")
+    empty = scorer.run(documents=[], replies=["The documents don't say."])
     assert empty["confidence"] == 0.0 and empty["p_lacks_answer"] == 1.0
 
 
 def test_a_failed_step_can_never_raise_confidence_and_is_named():
     scorer = ConfidenceScorer(model="tiny-llm", calibration=CALIBRATION)
     sure = {"token_p_mean": 1.0}
-    assert scorer.run(documents=DOCS, answer="Smiljan", signals=sure)["symbol"] == "●"
-    failed = scorer.run(documents=DOCS, answer="Smiljan", signals=sure, failed_steps=["grade"])
+    assert scorer.run(documents=DOCS, replies=["Smiljan"], signals=sure)["symbol"] == "●"
+    failed = scorer.run(documents=DOCS, replies=["Smiljan"], signals=sure, failed_steps=["grade"])
     assert failed["symbol"] == "○" and failed["confidence"] < 0.5 and failed["components"]["failed_steps"] == ["grade"]
 
 
 def test_floor_declines_answers_below_it_only():
     scorer = ConfidenceScorer(floor=0.3, model="tiny-llm", calibration=CALIBRATION)
-    assert scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.1})["decline"]
-    assert not scorer.run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 0.95})["decline"]
+    assert scorer.run(documents=DOCS, replies=["Smiljan"], signals={"token_p_mean": 0.1})["decline"]
+    assert not scorer.run(documents=DOCS, replies=["Smiljan"], signals={"token_p_mean": 0.95})["decline"]
 
 
 def test_unknown_models_borrow_a_calibration_and_say_so_and_none_at_all_never_claims_high():
-    borrowed = ConfidenceScorer(model="my-server-model", calibration=CALIBRATION).run(documents=DOCS, answer="x", signals={"token_p_mean": 1.0})
+    borrowed = ConfidenceScorer(model="my-server-model", calibration=CALIBRATION).run(documents=DOCS, replies=["x"], signals={"token_p_mean": 1.0})
     assert "borrowed" in borrowed["components"]["calibration"]
-    by_name = ConfidenceScorer(model="/models/tiny-llm-q4.gguf", calibration=CALIBRATION).run(documents=DOCS, answer="x", signals={})
+    by_name = ConfidenceScorer(model="/models/tiny-llm-q4.gguf", calibration=CALIBRATION).run(documents=DOCS, replies=["x"], signals={})
     assert by_name["components"]["calibration"] == "tiny-llm/base"
-    none = ConfidenceScorer(model="x", calibration={}).run(documents=DOCS, answer="Smiljan", signals={"token_p_mean": 1.0})
+    none = ConfidenceScorer(model="x", calibration={}).run(documents=DOCS, replies=["Smiljan"], signals={"token_p_mean": 1.0})
     assert none["components"]["calibration"] == "uncalibrated" and none["symbol"] == "○"
 
 
@@ -91,7 +91,7 @@ def test_confidence_round_trip_and_validation():
 
 # -- reranker ------------------------------------------------------------------------------------
 def test_llm_reranker_needs_llama_cpp_and_keeps_order_otherwise():
-    out = Reranker(backend="llm", generator=MockChatGenerator(responses="yes")).run(query="Where was Tesla born?", documents=DOCS)
+    out = Reranker(backend="llm", chat_generator=MockChatGenerator(responses="yes")).run(query="Where was Tesla born?", documents=DOCS)
     assert [d.meta["source"] for d in out["documents"]] == ["rhine.md", "tesla.md"]
     assert "llama.cpp" in out["reranking"]["fallback"]
 

@@ -5,7 +5,8 @@ from haystack.components.generators.chat import MockChatGenerator
 
 from ragkit.index.store import RagIndex
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import DrawingOnlyLLM, build_pipeline
+from ragkit.pipeline.drawing import DrawingOnlyLLM
+from ragkit.pipeline.graph import build_pipeline
 
 TESLA = "Where was Nikola Tesla born?"
 
@@ -28,7 +29,7 @@ def two_collections(tmp_path_factory, fast_config):
 def ask(index, config, features, question=TESLA):
     from ragkit.pipeline.engine import AgenticRAG
 
-    return AgenticRAG(features, config=config, index=index, generator=MockChatGenerator(responses="An answer [1].")).ask(question)
+    return AgenticRAG(features, config=config, index=index, chat_generator=MockChatGenerator(responses="An answer [1].")).ask(question)
 
 
 def collections_of(result):

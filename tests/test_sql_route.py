@@ -55,7 +55,7 @@ def test_the_schema_text_gives_types_ranges_and_the_values_of_a_small_text_colum
 
 def test_the_correct_query_is_answered_with_a_citable_document():
     sql = "SELECT COUNT(*) FROM cars WHERE Origin = 'Japan'"
-    out, step = ask(SqlAnswerer(generator=reply_with(sql)), "How many cars from Japan are in the table?")
+    out, step = ask(SqlAnswerer(chat_generator=reply_with(sql)), "How many cars from Japan are in the table?")
     assert out["ok"] and out["error"] is None
     assert out["sql"] == sql and out["rows"] == [[79]] and out["value"] == 79 and out["columns"] == ["COUNT(*)"]
     (doc,) = out["documents"]
@@ -66,14 +66,14 @@ def test_the_correct_query_is_answered_with_a_citable_document():
 
 def test_a_fenced_reply_with_a_trailing_semicolon_is_accepted_and_several_rows_are_described():
     reply = "```sql\nSELECT Origin, COUNT(*) FROM cars GROUP BY Origin ORDER BY COUNT(*) DESC;\n```"
-    out, _ = ask(SqlAnswerer(generator=reply_with(reply)), "How many cars per origin?")
+    out, _ = ask(SqlAnswerer(chat_generator=reply_with(reply)), "How many cars per origin?")
     assert out["ok"] and out["rows"] == [["USA", 254], ["Japan", 79], ["Europe", 73]] and out["value"] is None
     assert out["documents"][0].content.endswith("→ 3 rows: Origin = USA, COUNT(*) = 254; Origin = Japan, COUNT(*) = 79; Origin = Europe, COUNT(*) = 73")
 
 
 @pytest.mark.parametrize("reply", ["I think there are about 80 Japanese cars.", "", "SELECT", "Sure! SELECT COUNT(*) FROM cars"])
 def test_a_garbage_reply_is_a_traced_failure_not_an_exception(reply):
-    out, step = ask(SqlAnswerer(generator=reply_with(reply)), "How many cars from Japan are in the table?")
+    out, step = ask(SqlAnswerer(chat_generator=reply_with(reply)), "How many cars from Japan are in the table?")
     assert out["ok"] is False and out["documents"] == [] and out["rows"] == [] and out["value"] is None
     assert out["error"].startswith("parse_failed: ")
     assert step.fallbacks and step.fallbacks[0].startswith("sql: parse_failed")
@@ -98,7 +98,7 @@ def test_a_garbage_reply_is_a_traced_failure_not_an_exception(reply):
     ("SELECT Name FROM cars WHERE Origin = `Japan`", "unexpected character"),
 ])
 def test_anything_but_one_select_over_known_columns_is_refused_with_a_clear_error(sql, reason):
-    answerer = SqlAnswerer(generator=reply_with(sql))
+    answerer = SqlAnswerer(chat_generator=reply_with(sql))
     out, step = ask(answerer, "How many cars are there?")
     assert out["ok"] is False and out["documents"] == []
     assert out["error"].startswith("parse_failed: ") and reason in out["error"], out["error"]
@@ -132,7 +132,7 @@ def test_the_database_itself_refuses_writes_when_the_python_check_is_bypassed(ca
 
 def test_a_runaway_query_is_stopped_by_the_time_limit():
     cross_join = "SELECT COUNT(*) FROM cars AS a, cars AS b, cars AS c"  # 406³ = 67 million rows
-    answerer = SqlAnswerer(generator=reply_with(cross_join), timeout_s=0.3)
+    answerer = SqlAnswerer(chat_generator=reply_with(cross_join), timeout_s=0.3)
     t0 = time.perf_counter()
     out, step = ask(answerer, "How many combinations of three cars are there?")
     assert time.perf_counter() - t0 < 5
@@ -149,7 +149,7 @@ def test_a_recursive_cte_is_stopped_by_the_time_limit_in_the_database(cars_db):
 
 
 def test_the_row_limit_keeps_the_first_rows_and_says_so():
-    out, _ = ask(SqlAnswerer(generator=reply_with("SELECT Name FROM cars"), max_rows=5), "List the cars.")
+    out, _ = ask(SqlAnswerer(chat_generator=reply_with("SELECT Name FROM cars"), max_rows=5), "List the cars.")
     assert out["ok"] and len(out["rows"]) == 5
     doc = out["documents"][0]
     assert doc.meta["truncated"] is True and "the first 5 rows (more matched)" in doc.content
@@ -159,9 +159,9 @@ def test_an_llm_that_raises_and_an_empty_question_are_failures_not_exceptions():
     def broken(messages):
         raise ConnectionError("server down")
 
-    out, step = ask(SqlAnswerer(generator=MockChatGenerator(response_fn=broken)), "How many cars?")
+    out, step = ask(SqlAnswerer(chat_generator=MockChatGenerator(response_fn=broken)), "How many cars?")
     assert out["ok"] is False and out["error"].startswith("llm_error") and step.fallbacks
-    out, _ = ask(SqlAnswerer(generator=reply_with("SELECT COUNT(*) FROM cars")), "   ")
+    out, _ = ask(SqlAnswerer(chat_generator=reply_with("SELECT COUNT(*) FROM cars")), "   ")
     assert out["ok"] is False and out["error"].startswith("empty_question")
 
 
@@ -172,7 +172,7 @@ def test_the_prompt_is_the_schema_and_the_question_only():
         seen.append(messages)
         return "SELECT COUNT(*) FROM cars"
 
-    answerer = SqlAnswerer(generator=MockChatGenerator(response_fn=capture))
+    answerer = SqlAnswerer(chat_generator=MockChatGenerator(response_fn=capture))
     ask(answerer, "How many cars are in the table?")
     system, user = seen[0]
     assert "CREATE TABLE cars" in system.text and user.text == "How many cars are in the table?"
@@ -182,7 +182,7 @@ def test_the_prompt_is_the_schema_and_the_question_only():
 def test_the_grammar_names_only_the_tables_columns_and_parses():
     from llama_cpp import LlamaGrammar
 
-    answerer = SqlAnswerer(generator=reply_with("x"))
+    answerer = SqlAnswerer(chat_generator=reply_with("x"))
     grammar = answerer.grammar()
     columns = set(cars_rows()[0])
     (column_rule,) = [line for line in grammar.splitlines() if line.startswith("t0-col ::=")]
@@ -215,7 +215,7 @@ def test_llama_cpp_parses_the_grammar_with_the_embedded_models_vocabulary():
         return bool(sampler)
 
     assert not parses("root ::= undefined-rule")  # the check can fail
-    assert parses(SqlAnswerer(generator=reply_with("x")).grammar())
+    assert parses(SqlAnswerer(chat_generator=reply_with("x")).grammar())
 
 
 def test_a_table_from_a_file_gets_safe_names_types_and_its_own_grammar(tmp_path):
@@ -227,7 +227,7 @@ def test_a_table_from_a_file_gets_safe_names_types_and_its_own_grammar(tmp_path)
     grammar = sql_grammar([schema])
     assert '"full_name"' in grammar and "\"'Ann O''Brien'\"" in grammar  # a listed value, SQL-quoted
     assert db.run("SELECT AVG(age) FROM people WHERE city = 'Cork'").rows == [(35.75,)]
-    answerer = SqlAnswerer(generator=reply_with("SELECT COUNT(*) FROM people WHERE age IS NULL"), tables={"people": str(path)})
+    answerer = SqlAnswerer(chat_generator=reply_with("SELECT COUNT(*) FROM people WHERE age IS NULL"), tables={"people": str(path)})
     out, _ = ask(answerer, "How many people have no age?")
     assert out["ok"] and out["value"] == 1 and out["documents"][0].meta["table"] == "people"
 
@@ -239,7 +239,7 @@ def test_an_unreadable_table_is_a_clear_error_at_warm_up_and_a_failure_at_run(tm
         load_rows(bad)
     with pytest.raises(ValueError, match="neither vega_datasets:<name> nor an existing file"):
         load_rows(tmp_path / "missing.csv")
-    answerer = SqlAnswerer(generator=reply_with("SELECT 1"), tables={"t": str(bad)})
+    answerer = SqlAnswerer(chat_generator=reply_with("SELECT 1"), tables={"t": str(bad)})
     with pytest.raises(ValueError, match="could not read table"):
         answerer.warm_up()  # a Pipeline warms its components up before running: it stops here, clearly
     out = answerer.run(query="How many rows?")  # run without warm_up: a failure, not an exception
@@ -247,7 +247,7 @@ def test_an_unreadable_table_is_a_clear_error_at_warm_up_and_a_failure_at_run(tm
 
 
 def test_to_dict_from_dict_round_trip(tmp_path):
-    answerer = SqlAnswerer(generator=MockChatGenerator(responses=["SELECT MAX(Horsepower) FROM cars"]), max_rows=7, timeout_s=1.5, max_tokens=80)
+    answerer = SqlAnswerer(chat_generator=MockChatGenerator(responses=["SELECT MAX(Horsepower) FROM cars"]), max_rows=7, timeout_s=1.5, max_tokens=80)
     data = answerer.to_dict()
     assert data["init_parameters"]["tables"] == {"cars": "vega_datasets:cars"}
     again = SqlAnswerer.from_dict(json.loads(json.dumps(data)))
@@ -273,7 +273,7 @@ def test_to_dict_from_dict_round_trip(tmp_path):
     ("Where does the Rhine flow into the sea?", False),
 ])
 def test_looks_numeric(cars_db, question, expected):
-    answerer = SqlAnswerer(generator=reply_with("x"))
+    answerer = SqlAnswerer(chat_generator=reply_with("x"))
     assert looks_numeric(question, list(cars_db.schemas.values()), answerer.subject_words) is expected
     assert answerer.looks_numeric(question) is expected
 
@@ -282,7 +282,7 @@ def test_looks_numeric(cars_db, question, expected):
 @pytest.mark.llm
 @pytest.mark.parametrize("question,gold", [("How many cars are in the table?", 406), ("How many cars from Japan are in the table?", 79)])
 def test_the_real_05b_answers_easy_questions(local_llm, question, gold):
-    out, step = ask(SqlAnswerer(generator=local_llm), question)
+    out, step = ask(SqlAnswerer(chat_generator=local_llm), question)
     assert out["ok"], out["error"]
     assert out["value"] == gold, out["sql"]
     assert step.llm_calls == 1
@@ -302,7 +302,7 @@ def test_the_engine_answers_a_counting_question_from_the_sql_result_and_skips_ot
         calls.append("answer")
         return "79 [1]"
 
-    rag = AgenticRAG(Features(sql_route=True), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=respond))
+    rag = AgenticRAG(Features(sql_route=True), config=fast_config, index=sample_index, chat_generator=MockChatGenerator(response_fn=respond))
     result = rag.ask("How many cars from Japan are in the table?")
     assert calls == ["sql", "answer"] and result.details["sql"]["value"] == 79
     assert result.sources[0].meta["source"] == "sql" and "79" in result.answer
@@ -319,7 +319,7 @@ def test_a_refused_query_keeps_the_retrieved_sources_and_is_traced(sample_index,
     def respond(messages):
         return "DROP TABLE cars" if "CREATE TABLE" in messages[0].text else "I do not know"
 
-    rag = AgenticRAG(Features(sql_route=True, answer_mode="free"), config=fast_config, index=sample_index, generator=MockChatGenerator(response_fn=respond))
+    rag = AgenticRAG(Features(sql_route=True, answer_mode="free"), config=fast_config, index=sample_index, chat_generator=MockChatGenerator(response_fn=respond))
     result = rag.ask("How many cars have 8 cylinders?")
     assert result.details["sql"]["ok"] is False and result.sources and all(d.meta.get("source") != "sql" for d in result.sources)
     assert any("sql" in f for f in result.trace.fallbacks)

@@ -10,7 +10,7 @@ route through the same policy, so the two graphs agree on what each kind of ques
 Usage::
 
     selector = AnswerModeSelector()
-    selector.run(question="When did the Rhine freeze over?")   # {"mode": "grounded", "route": "FACTUAL"}
+    selector.run(query="When did the Rhine freeze over?")   # {"mode": "grounded", "route": "FACTUAL"}
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class AnswerModeSelector:
         return default_from_dict(cls, data)
 
     @component.output_types(mode=str, route=str)
-    def run(self, question: str) -> dict[str, Any]:
-        route = route_by_rules(question)
+    def run(self, query: str) -> dict[str, Any]:
+        route = route_by_rules(query)
         mode = self.policy.get(route, self.default)
         record(decision={"route (rules)": route, "mode": mode})
         return {"mode": mode, "route": route}

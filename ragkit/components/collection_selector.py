@@ -73,21 +73,21 @@ class CollectionSelector:
         index: RagIndex | None = None,
         index_path: str | None = None,
         backend: SelectorBackend = "embedding",
-        generator: Any = None,
+        chat_generator: Any = None,
         embedder_model: str = "all-MiniLM-L6-v2",
         margin: float = DEFAULT_MARGIN,
         min_similarity: float = DEFAULT_MIN_SIMILARITY,
     ):
         if backend not in ("embedding", "llm"):
             raise ValueError(f"backend must be embedding or llm, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm backend needs a chat generator")
         if not 0.0 <= margin <= 2.0:
             raise ValueError("margin must be between 0 and 2 (a difference of cosines)")
         if not -1.0 <= min_similarity <= 1.0:
             raise ValueError("min_similarity must be a cosine, between -1 and 1")
         self._handle = IndexHandle(index, index_path)
-        self.backend, self.generator, self.embedder_model = backend, generator, embedder_model
+        self.backend, self.chat_generator, self.embedder_model = backend, chat_generator, embedder_model
         self.margin, self.min_similarity = margin, min_similarity
         self._embedder = None
         self._vectors: dict[tuple[str, str], np.ndarray] = {}  # (name, description) -> unit vector
@@ -97,14 +97,14 @@ class CollectionSelector:
             from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         if self._handle.index_path is None:
             raise ValueError("an in-memory index cannot be serialized; save it first (RagIndex.save)")
         return default_to_dict(
-            self, index_path=self._handle.index_path, backend=self.backend, generator=generator_to_dict(self.generator),
+            self, index_path=self._handle.index_path, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator),
             embedder_model=self.embedder_model, margin=self.margin, min_similarity=self.min_similarity,
         )
 
@@ -188,8 +188,8 @@ class CollectionSelector:
         listing = "\n".join(f"- {name}: {descriptions.get(name) or '(no description)'}" for name in held)
         messages = [ChatMessage.from_system(SELECTOR_SYSTEM.format(listing=listing)), ChatMessage.from_user(query)]
         reply = call_llm(
-            self.generator, messages, lambda text: parse_choice(text, held),
-            generation_kwargs={**choice_constraint(self.generator, held), "max_tokens": 24, "temperature": 0.0},
+            self.chat_generator, messages, lambda text: parse_choice(text, held),
+            generation_kwargs={**choice_constraint(self.chat_generator, held), "max_tokens": 24, "temperature": 0.0},
             step="collection_selector",
         )
         if not reply.ok:

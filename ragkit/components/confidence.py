@@ -38,19 +38,20 @@ the pipeline declines and lists the closest sources instead.
 Usage::
 
     scorer = ConfidenceScorer(floor=0.1, model="qwen2.5-coder-0.5b")
-    out = scorer.run(documents=docs, answer="Smiljan [1]", question="Where was Tesla born?",
+    out = scorer.run(documents=docs, replies=["Smiljan [1]"], query="Where was Tesla born?",
                      signals={"token_p_mean": 0.91, "dense_top": 0.62, ...})
     out["confidence"], out["symbol"], out["components"]
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
 
 from ragkit.eval.calibration import AGENTIC_SIGNALS, BASE_SIGNALS, FAILED_STEP_CAP, answer_signals, calibrated_confidence, model_calibration, predict
-from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.prompts import NO_ANSWER, reply_text
 from ragkit.pipeline.trace import active_trace, degraded_steps, record
 
 TOKEN_SIGNALS = ("token_p_mean", "token_p_min", "token_p_first")
@@ -106,8 +107,8 @@ class ConfidenceScorer:
     def run(
         self,
         documents: list[Document],
-        answer: str,
-        question: Optional[str] = None,
+        replies: Union[list[ChatMessage], list[str]],
+        query: Optional[str] = None,
         grades: Optional[list[Optional[float]]] = None,
         support: Optional[float] = None,
         support_threshold: Optional[float] = None,
@@ -125,7 +126,8 @@ class ConfidenceScorer:
             failed_steps = degraded_steps(trace) if trace is not None else []
         if answer_ok is False and "answer" not in failed_steps:
             failed_steps = [*failed_steps, "answer"]
-        values = self._signals(documents, answer, question, grades, support, support_threshold, signals)
+        answer = reply_text(replies)
+        values = self._signals(documents, answer, query, grades, support, support_threshold, signals)
         models = self._models or {}
         lacks_model = models.get("lacks_answer")
         p_lacks = predict(lacks_model, values) if (lacks_model and documents) else (1.0 if not documents else None)

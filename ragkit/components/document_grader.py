@@ -13,7 +13,7 @@ never empties the context by accident. Set ``min_keep`` to always keep the best 
 
 Usage::
 
-    grader = DocumentGrader(backend="llm", generator=llm, threshold=4)
+    grader = DocumentGrader(backend="llm", chat_generator=llm, threshold=4)
     out = grader.run(query="Where was Tesla born?", documents=docs)
     out["documents"], out["grading"]["scores"], out["grading"]["dropped"]
 """
@@ -48,7 +48,7 @@ class DocumentGrader:
     def __init__(
         self,
         backend: GraderBackend = "llm",
-        generator: Any = None,
+        chat_generator: Any = None,
         threshold: float = 4.0,
         min_keep: int = 1,
         embedder_model: str = "all-MiniLM-L6-v2",
@@ -57,10 +57,10 @@ class DocumentGrader:
     ):
         if backend not in ("llm", "embedding"):
             raise ValueError(f"backend must be llm or embedding, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm backend needs a chat generator")
         self.backend = backend
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.threshold = threshold
         self.min_keep = min_keep
         self.embedder_model = embedder_model
@@ -69,19 +69,26 @@ class DocumentGrader:
             raise ValueError("a custom grading task needs a {question} placeholder (and may use {n}, the number of sources)")
         self.prompt = prompt  # the task after the sources (grade_task when None); the reply is still n grades
         self._embedder = None
-        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
+        self._probe = probe_for(chat_generator) if chat_generator is not None and LlamaProbe.supports(chat_generator) else None
 
-    def warm_up(self, backend: str | None = None) -> None:
-        if (backend or self.backend) == "embedding" and self._embedder is None:
+    def warm_up(self) -> None:
+        if self.backend == "embedding":
+            self._embedding_model()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+
+    def _embedding_model(self):
+        """The shared text embedder, loaded on first use (also when a route's policy picks the embedding
+        grader for a question while the configured backend is the LLM)."""
+        if self._embedder is None:
             from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        return self._embedder.embedding_backend
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, generator=generator_to_dict(self.generator),
+            self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator),
             threshold=self.threshold, min_keep=self.min_keep, embedder_model=self.embedder_model,
             max_chars_per_doc=self.max_chars_per_doc, prompt=self.prompt,
         )
@@ -96,8 +103,8 @@ class DocumentGrader:
         messages = context_messages(documents, task, self.max_chars_per_doc)
         if self._probe is not None:
             return self._probe_scores(messages, n)
-        kwargs = {**int_list_constraint(self.generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}
-        reply = call_llm(self.generator, messages, lambda text: parse_int_list(text, n), kwargs, step="grader")
+        kwargs = {**int_list_constraint(self.chat_generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}
+        reply = call_llm(self.chat_generator, messages, lambda text: parse_int_list(text, n), kwargs, step="grader")
         return (list(map(float, reply.value)), None) if reply.ok else (None, reply.error)
 
     def _probe_scores(self, messages: list, n: int) -> tuple[list[float] | None, str | None]:
@@ -105,14 +112,14 @@ class DocumentGrader:
             check_deadline()
             out = self._probe.score_list(messages, n)
         except Exception as exc:  # a context overflow, a broken model or the deadline degrades like any LLM failure
-            error = llm_error(exc, self.generator)
+            error = llm_error(exc, self.chat_generator)
             record(llm_calls=1, fallback=f"grader: {error}", error=error)
             return None, error
         record(llm_calls=1, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])
         return list(map(float, out["scores"])), None
 
     def _embedding_scores(self, query: str, documents: list[Document]) -> list[float]:
-        model = self._embedder.embedding_backend
+        model = self._embedding_model()
         vectors = np.asarray(model.embed([query] + [d.content or "" for d in documents], normalize_embeddings=True, show_progress_bar=False))
         cosines = vectors[1:] @ vectors[0]
         return [float(np.clip(c * 10.0, 0.0, 10.0)) for c in cosines]
@@ -126,13 +133,13 @@ class DocumentGrader:
         if backend == "off":
             record(decision={"kept": len(documents), "graded": "no (the route's policy)"})
             return {"documents": list(documents), "grading": {"backend": "off", "threshold": threshold, "scores": [], "dropped": []}}
-        if backend not in ("llm", "embedding") or (backend == "llm" and self.generator is None):
+        if backend not in ("llm", "embedding") or (backend == "llm" and self.chat_generator is None):
             record(fallback=f"grader: backend {backend!r} unavailable here, graded by {self.backend}")
             backend = self.backend
         grading: dict[str, Any] = {"backend": backend, "threshold": threshold}
         if not documents:
             return {"documents": [], "grading": {**grading, "scores": [], "dropped": []}}
-        self.warm_up(backend)
+        self.warm_up()
         if backend == "llm":
             scores, error = self._llm_scores(query, documents)
             if scores is None:

@@ -29,7 +29,7 @@ Hand-written: sentence ranking for extraction is a few lines over pieces ragkit 
 Usage::
 
     selector = EvidenceSelector(index_path=".ragkit/index")
-    out = selector.run(question="Where was Tesla born?", documents=docs, mode="grounded")
+    out = selector.run(query="Where was Tesla born?", documents=docs, mode="grounded")
     out["evidence"][0].content, out["evidence"][0].meta["cite"], out["signals"]["evidence_margin"]
 """
 
@@ -165,11 +165,11 @@ class EvidenceSelector:
         return out
 
     @component.output_types(evidence=list[Document], signals=dict)
-    def run(self, question: str, documents: list[Document], mode: Optional[str] = None) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], mode: Optional[str] = None) -> dict[str, Any]:
         """``mode``: the answer mode; only a grounded answer reads evidence (free text reads whole sources)."""
         if mode == "free" or not documents:
             return {"evidence": [], "signals": {}}
-        ranked = self.rank(question, documents)
+        ranked = self.rank(query, documents)
         if not ranked:
             return {"evidence": [], "signals": {}}
         best = ranked[0].meta

@@ -31,13 +31,12 @@ the retrieval itself is ragkit's :class:`~ragkit.components.index_retriever.Inde
 Usage::
 
     fallback = FallbackRetriever(index_path=".ragkit/index", main_mode="hybrid", strategies=["sparse", "dense"])
-    out = fallback.run(question="Where was Tesla born?", documents=graded, top_k=5)
+    out = fallback.run(query="Where was Tesla born?", documents=graded, top_k=5)
     out["documents"], out["fallback"]["exit_reason"], out["fallback"]["attempts"]
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Optional
 
@@ -45,33 +44,16 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.injection_guard import InjectionGuard
-from ragkit.eval.metrics import STOPWORDS
+from ragkit.index.coverage import coverage, question_weights
 from ragkit.index.handle import IndexHandle
 from ragkit.index.store import RagIndex
+from ragkit.llm.prompts import context_messages, sufficiency_task
 from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
 from ragkit.pipeline.trace import record
 
 STRATEGIES = ("sparse", "dense", "hybrid", "hyde", "expand", "all_collections", "sql")
 LLM_STRATEGIES = {"hyde": 1, "sql": 1}
 CHECKS = ("coverage", "llm")
-
-
-def coverage(question_weights: dict[str, float], chunk_terms: list[set[str]]) -> float:
-    """IDF-weighted share of the question's terms found in the best single chunk (0 without chunks)."""
-    total = sum(question_weights.values())
-    if not total or not chunk_terms:
-        return 0.0
-    return max(sum(w for t, w in question_weights.items() if t in terms) for terms in chunk_terms) / total
-
-
-def question_weights(index: RagIndex, question: str) -> dict[str, float]:
-    """IDF of each of the question's terms; a term the corpus never saw gets the highest IDF there is
-    (no chunk can contain it, and a question about something the documents never mention is the case
-    a fallback is for)."""
-    content = " ".join(w for w in question.split() if w.lower().strip("?!.,;:\"'()") not in STOPWORDS)  # "where", "was" are no evidence
-    known = index.term_weights(content)
-    unseen = math.log((len(index) + 1) / 0.5)
-    return {t: known.get(t, unseen) for t in (index.terms([content]) or [set()])[0] if t}
 
 
 @component
@@ -87,7 +69,7 @@ class FallbackRetriever:
         sufficiency_threshold: float = 0.5,
         max_attempts: int = 2,
         max_llm_calls: int = 2,
-        generator: Any = None,
+        chat_generator: Any = None,
         embedder: str = "all-MiniLM-L6-v2",
         sql_tables: dict[str, str] | None = None,
     ):
@@ -95,7 +77,7 @@ class FallbackRetriever:
         unknown = [s for s in strategies if s not in STRATEGIES]
         if unknown or check not in CHECKS:
             raise ValueError(f"strategies must be among {STRATEGIES} (not {unknown}) and check one of {CHECKS}")
-        if (check == "llm" or any(s in LLM_STRATEGIES for s in strategies)) and generator is None:
+        if (check == "llm" or any(s in LLM_STRATEGIES for s in strategies)) and chat_generator is None:
             raise ValueError("the llm check and the hyde / sql strategies need a chat generator")
         if "sql" in strategies and not sql_tables:
             raise ValueError("the sql strategy needs sql_tables")
@@ -105,7 +87,7 @@ class FallbackRetriever:
         self.index_path, self.main_mode, self.strategies, self.check = index_path, main_mode, strategies, check
         self.coverage_threshold, self.sufficiency_threshold = coverage_threshold, sufficiency_threshold
         self.max_attempts, self.max_llm_calls = max_attempts, max_llm_calls
-        self.generator, self.embedder, self.sql_tables = generator, embedder, dict(sql_tables or {})
+        self.chat_generator, self.embedder, self.sql_tables = chat_generator, embedder, dict(sql_tables or {})
         self._retrievers: dict[str, IndexRetriever] = {}
         self._steps: dict[str, Any] = {}  # the hyde / expand / sql components, built on first use and kept (tables load once)
         self._terms: dict[str, set[str]] = {}  # one question's chunk terms by id: assess and merge read the same chunks
@@ -113,20 +95,20 @@ class FallbackRetriever:
         self._guard = InjectionGuard()
 
     def warm_up(self) -> None:
-        if self.generator is not None and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
             self, index_path=self._handle.index_path, main_mode=self.main_mode, strategies=self.strategies, check=self.check,
             coverage_threshold=self.coverage_threshold, sufficiency_threshold=self.sufficiency_threshold, max_attempts=self.max_attempts,
-            max_llm_calls=self.max_llm_calls, generator=generator_to_dict(self.generator) if self.generator is not None else None,
+            max_llm_calls=self.max_llm_calls, chat_generator=generator_to_dict(self.chat_generator) if self.chat_generator is not None else None,
             embedder=self.embedder, sql_tables=self.sql_tables,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FallbackRetriever":
-        return default_from_dict(cls, generator_from_dict(data) if data["init_parameters"].get("generator") else data)
+        return default_from_dict(cls, generator_from_dict(data) if data["init_parameters"].get("chat_generator") else data)
 
     # -- is it enough? ----------------------------------------------------------------------------
     def _assess(self, question: str, documents: list[Document]) -> tuple[bool, dict[str, Any], int]:
@@ -134,10 +116,7 @@ class FallbackRetriever:
         cov = round(coverage(self._weights, self._chunk_terms(documents)), 3) if documents else 0.0
         if self.check == "coverage" or not documents:
             return cov >= self.coverage_threshold, {"coverage": cov}, 0
-        from ragkit.components.multi_hop import sufficiency_task
-        from ragkit.llm.prompts import context_messages
-
-        p = yes_probability(self.generator, context_messages(documents[:3], sufficiency_task(question)), step="fallback_check")
+        p = yes_probability(self.chat_generator, context_messages(documents[:3], sufficiency_task(question)), step="fallback_check")
         return p >= self.sufficiency_threshold, {"coverage": cov, "p_sufficient": round(p, 3)}, 1
 
     def _merge(self, held: list[Document], new: list[Document], top_k: int) -> list[Document]:
@@ -181,7 +160,7 @@ class FallbackRetriever:
         if strategy == "hyde":
             from ragkit.components.hyde import HyDEEmbedder
 
-            out = self._step("hyde", lambda: HyDEEmbedder(generator=self.generator, embedder_model=self.embedder)).run(query=question)
+            out = self._step("hyde", lambda: HyDEEmbedder(chat_generator=self.chat_generator, embedder_model=self.embedder)).run(query=question)
             if not out["hyde"]["passages"]:  # no passage: it would only repeat a dense search of the question
                 raise RuntimeError(f"HyDE wrote no passage ({out['hyde'].get('fallback', 'empty')})")
             embedding = out["embedding"]
@@ -193,19 +172,19 @@ class FallbackRetriever:
             return expanded_sparse_search(self._handle.get(), queries, top_k, filters=filters or None)
         from ragkit.components.sql_answerer import SqlAnswerer
 
-        return self._step("sql", lambda: SqlAnswerer(generator=self.generator, tables=self.sql_tables)).run(query=question, documents=[])["documents"]
+        return self._step("sql", lambda: SqlAnswerer(chat_generator=self.chat_generator, tables=self.sql_tables)).run(query=question, documents=[])["documents"]
 
     @component.output_types(documents=list[Document], fallback=dict)
-    def run(self, question: str, documents: list[Document], top_k: Optional[int] = None, filters: Optional[dict] = None) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], top_k: Optional[int] = None, filters: Optional[dict] = None) -> dict[str, Any]:
         """``filters``: the collection / intent filters of the first search (every strategy keeps them but
         ``all_collections``, which exists to drop them)."""
         filters = filters or None
         top_k = top_k or max(len(documents), 5)
         held = list(documents)
-        self._weights, self._terms = question_weights(self._handle.get(), question), {}
+        self._weights, self._terms = question_weights(self._handle.get(), query), {}
         info: dict[str, Any] = {"check": self.check, "attempts": [], "llm_calls": 0}
         try:
-            enough, measured, calls = self._assess(question, held)
+            enough, measured, calls = self._assess(query, held)
         except Exception as exc:  # an unusable check: keep what we have, say so
             info["exit_reason"], info["error"] = "check_failed", llm_error(exc)
             record(fallback=f"fallback: check failed ({info['error']})", decision={"exit_reason": "check_failed"})
@@ -227,7 +206,7 @@ class FallbackRetriever:
             attempt: dict[str, Any] = {"strategy": strategy, "why": self._why(measured, held)}
             started = time.perf_counter()
             try:
-                found = self._guard.run(documents=self._search(strategy, question, top_k, filters))["documents"]
+                found = self._guard.run(documents=self._search(strategy, query, top_k, filters))["documents"]
             except Exception as exc:  # a strategy that fails is one attempt spent, and the next is tried
                 attempt.update(result="failed", error=llm_error(exc), seconds=round(time.perf_counter() - started, 3))
                 info["llm_calls"] += LLM_STRATEGIES.get(strategy, 0)
@@ -239,7 +218,7 @@ class FallbackRetriever:
             new = [d for d in found if d.id not in have]
             candidate = self._merge(held, new, top_k)
             try:
-                enough, measured, calls = self._assess(question, candidate)
+                enough, measured, calls = self._assess(query, candidate)
             except Exception as exc:
                 attempt.update(result="check_failed", error=llm_error(exc))
                 info["attempts"].append(attempt)

@@ -2,7 +2,7 @@
 the answer step's two modes, free text and grounded spans.
 
 A bare ``ChatGenerator`` in a ``Pipeline`` raises on a dead server or a timeout, and its token
-counts stay in reply metadata no tracer reads. This wrapper calls the generator through
+counts stay in reply metadata no tracer reads. This wrapper calls the chat generator through
 :func:`ragkit.llm.structured.call_llm`, so each call is recorded on the trace (calls, prompt tokens,
 tokens reused from llama.cpp's prompt cache, completion tokens) and a failure or an empty reply
 becomes a traced fallback: the ``fallback`` input if one was sent (e.g. the previous answer in a
@@ -30,9 +30,9 @@ Two answer modes (``answer_mode``, or per question through the ``mode`` input, e
 
 Usage::
 
-    pipe.add_component("answer", GuardedGenerator(generator=llm, max_tokens=256, answer_mode="grounded"))
+    pipe.add_component("answer", GuardedGenerator(chat_generator=llm, max_tokens=256, answer_mode="grounded"))
     pipe.connect("prompt.prompt", "answer.messages")
-    pipe.connect("retrieve.documents", "answer.documents")   # -> answer.text, .ok, .tokens, .evidence, .mode
+    pipe.connect("retrieve.documents", "answer.documents")   # -> answer.replies, .ok, .tokens, .evidence, .mode
     pipe.connect("evidence.evidence", "answer.evidence")      # grounded: copy from the evidence sentence
 """
 
@@ -45,7 +45,8 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.eval.metrics import strip_citations
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.span_decoding import Span, SpanMask, candidate_starts, clean_span, locate_span, snap_to_span, vocabulary_for
+from ragkit.llm.source_spans import Span, candidate_starts, clean_span, locate_span, snap_to_span
+from ragkit.llm.span_decoding import SpanMask, vocabulary_for
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, backend_of, call_llm, generator_from_dict, generator_to_dict, parse_answer
 from ragkit.pipeline.trace import record
 
@@ -72,24 +73,24 @@ def _span(text: str) -> str:
 
 @component
 class GuardedGenerator:
-    def __init__(self, generator: Any, max_tokens: int = 256, step: str = "answer", answer_format: bool = True, answer_mode: str = "free"):
+    def __init__(self, chat_generator: Any, max_tokens: int = 256, step: str = "answer", answer_format: bool = True, answer_mode: str = "free"):
         if answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, not {answer_mode!r}")
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.max_tokens = max_tokens
         self.step = step
         self.answer_format = answer_format
         self.answer_mode = answer_mode
 
     def warm_up(self) -> None:
-        if hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
-        if self.step == "answer" and backend_of(self.generator) == "llama.cpp" and getattr(self.generator, "_model", None) is not None:
-            vocabulary_for(self.generator)  # the span mask's index of the vocabulary (~1 s once per model): setup, not a question's time
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+        if self.step == "answer" and backend_of(self.chat_generator) == "llama.cpp" and getattr(self.chat_generator, "_model", None) is not None:
+            vocabulary_for(self.chat_generator)  # the span mask's index of the vocabulary (~1 s once per model): setup, not a question's time
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), max_tokens=self.max_tokens, step=self.step,
+            self, chat_generator=generator_to_dict(self.chat_generator), max_tokens=self.max_tokens, step=self.step,
             answer_format=self.answer_format, answer_mode=self.answer_mode,
         )
 
@@ -97,18 +98,27 @@ class GuardedGenerator:
     def from_dict(cls, data: dict[str, Any]) -> "GuardedGenerator":
         return default_from_dict(cls, generator_from_dict(data))
 
-    @component.output_types(text=str, ok=bool, tokens=dict, evidence=Optional[dict], mode=str)
+    @component.output_types(replies=list[ChatMessage], ok=bool, tokens=dict, evidence=Optional[dict], mode=str)
     def run(
         self,
         messages: list[ChatMessage],
         fallback: Optional[str] = None,
         documents: Optional[list[Document]] = None,
         mode: Optional[str] = None,
-        question: Optional[str] = None,
+        query: Optional[str] = None,
         evidence: Optional[list[Document]] = None,
     ) -> dict[str, Any]:
-        """``evidence``: the sentences a grounded answer may copy from (:class:`~ragkit.components.evidence_selector.EvidenceSelector`);
-        without them, the whole ``documents``."""
+        """``replies``: one assistant message, as Haystack's chat generators reply (the fallback text when
+        the call failed: ``ok`` says which). ``evidence``: the sentences a grounded answer may copy from
+        (:class:`~ragkit.components.evidence_selector.EvidenceSelector`); without them, the whole ``documents``."""
+        out = self._answer(messages, fallback, documents, mode, query, evidence)
+        text = out.pop("text")
+        return {"replies": [ChatMessage.from_assistant(text, meta={"ok": out["ok"], "mode": out["mode"]})], **out}
+
+    def _answer(
+        self, messages: list[ChatMessage], fallback: Optional[str], documents: Optional[list[Document]], mode: Optional[str],
+        question: Optional[str], evidence: Optional[list[Document]],
+    ) -> dict[str, Any]:
         mode = mode or self.answer_mode
         if mode not in ANSWER_MODES:
             record(fallback=f"{self.step}: unknown answer mode {mode!r}, answered free")
@@ -119,8 +129,8 @@ class GuardedGenerator:
             record(decision={"mode": "free"})
         kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
         if self.answer_format:
-            kwargs.update(answer_constraint(self.generator))
-        reply = call_llm(self.generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
+            kwargs.update(answer_constraint(self.chat_generator))
+        reply = call_llm(self.chat_generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
         tokens = dict(reply.tokens or {})  # the reply's token probabilities, a confidence signal (llama.cpp only)
         if reply.ok:
             return {"text": reply.value, "ok": True, "tokens": tokens, "evidence": None, "mode": "free"}
@@ -135,9 +145,9 @@ class GuardedGenerator:
         pool = [e for e in (evidence or []) if e.content]
         texts = [e.content for e in pool] if pool else sources
         failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
-        if backend_of(self.generator) != "llama.cpp":  # no logits: extract, then verify
-            draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0, **answer_constraint(self.generator)}
-            draft = call_llm(self.generator, messages, parse_answer, draft_kwargs, step=self.step)
+        if backend_of(self.chat_generator) != "llama.cpp":  # no logits: extract, then verify
+            draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0, **answer_constraint(self.chat_generator)}
+            draft = call_llm(self.chat_generator, messages, parse_answer, draft_kwargs, step=self.step)
             if not draft.ok:
                 return failed
             snapped = snap_to_span(draft.value, texts, question or "")
@@ -154,9 +164,9 @@ class GuardedGenerator:
             starts = candidate_starts(question, texts, sentences=len(texts) if pool else (3 if banned else 1))
         else:
             starts = None
-        mask = SpanMask(vocabulary_for(self.generator), texts, banned_prefixes=banned, starts=starts)
+        mask = SpanMask(vocabulary_for(self.chat_generator), texts, banned_prefixes=banned, starts=starts)
         kwargs = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
-        reply = call_llm(self.generator, messages, _span, kwargs, step=self.step)
+        reply = call_llm(self.chat_generator, messages, _span, kwargs, step=self.step)
         if not reply.ok:
             return failed
         found = locate_span(reply.value, texts)

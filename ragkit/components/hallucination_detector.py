@@ -30,20 +30,21 @@ cost ~0.3 s (0.5B) / ~0.6 s (1.5B) per question.
 
 Usage::
 
-    detector = HallucinationDetector(backend="llm_judge", generator=llm, threshold=0.5)
-    out = detector.run(answer="Tesla was born in Smiljan [1].", documents=docs)
+    detector = HallucinationDetector(backend="llm_judge", chat_generator=llm, threshold=0.5)
+    out = detector.run(replies=["Tesla was born in Smiljan [1]."], documents=docs)   # or a generator's replies
     out["score"], out["supported"], out["hallucination"]["sentences"]
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
 
 from ragkit.llm.probe import LlamaProbe, probe_for
-from ragkit.llm.prompts import NO_ANSWER, context_messages
+from ragkit.llm.prompts import NO_ANSWER, context_messages, reply_text
 from ragkit.llm.faults import check_deadline
 from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
@@ -102,13 +103,13 @@ def _parse_yes_no_list(text: str, n: int) -> list[float]:
     return [1.0 if str(v).lower() == "yes" else 0.0 for v in values]
 
 
-def _yes_no_constraint(generator: Any, n: int) -> dict[str, Any]:
-    if backend_of(generator) == "llama.cpp":
+def _yes_no_constraint(chat_generator: Any, n: int) -> dict[str, Any]:
+    if backend_of(chat_generator) == "llama.cpp":
         from llama_cpp import LlamaGrammar
 
         items = ' "," '.join(["label"] * n)
         return {"grammar": LlamaGrammar.from_string(f'root ::= "[" {items} "]"\nlabel ::= "\\"yes\\"" | "\\"no\\""', verbose=False)}
-    if backend_of(generator) == "openai":
+    if backend_of(chat_generator) == "openai":
         schema = {"type": "object", "properties": {"labels": {"type": "array", "items": {"type": "string", "enum": ["yes", "no"]}, "minItems": n, "maxItems": n}}, "required": ["labels"], "additionalProperties": False}
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "labels", "strict": True, "schema": schema}}}
     return {}
@@ -119,7 +120,7 @@ class HallucinationDetector:
     def __init__(
         self,
         backend: DetectorBackend = "llm_judge",
-        generator: Any = None,
+        chat_generator: Any = None,
         hhem_model: str = "vectara/hallucination_evaluation_model",
         threshold: float = 0.5,
         max_chars_per_doc: int | None = None,
@@ -127,15 +128,15 @@ class HallucinationDetector:
     ):
         if backend not in ("llm_judge", "hhem"):
             raise ValueError(f"backend must be llm_judge or hhem, not {backend!r}")
-        if backend == "llm_judge" and generator is None:
+        if backend == "llm_judge" and chat_generator is None:
             raise ValueError("the llm_judge backend needs a chat generator")
         self.backend = backend
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.hhem_model = hhem_model
         self.threshold = threshold
         self.max_chars_per_doc = max_chars_per_doc
         self.judge_spans = judge_spans
-        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
+        self._probe = probe_for(chat_generator) if chat_generator is not None and LlamaProbe.supports(chat_generator) else None
         self._hhem = None
 
     def warm_up(self) -> None:
@@ -144,12 +145,12 @@ class HallucinationDetector:
 
             self._hhem = HHEMScorer(self.hhem_model)
             self._hhem.warm_up()
-        elif self.backend == "llm_judge" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        elif self.backend == "llm_judge" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, generator=generator_to_dict(self.generator),
+            self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator),
             hhem_model=self.hhem_model, threshold=self.threshold, max_chars_per_doc=self.max_chars_per_doc,
             judge_spans=self.judge_spans,
         )
@@ -178,19 +179,22 @@ class HallucinationDetector:
             return scores, None
         n = len(sentences)
         messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc, numbers)
-        kwargs = {**_yes_no_constraint(self.generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
-        reply = call_llm(self.generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
+        kwargs = {**_yes_no_constraint(self.chat_generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
+        reply = call_llm(self.chat_generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
         return (reply.value, None) if reply.ok else (None, reply.error)
 
     @component.output_types(score=Optional[float], supported=Optional[bool], hallucination=dict)
     def run(
-        self, answer: str, documents: list[Document], question: Optional[str] = None, evidence: Optional[list[Document]] = None, mode: Optional[str] = None,
+        self, replies: Union[list[ChatMessage], list[str]], documents: list[Document], query: Optional[str] = None,
+        evidence: Optional[list[Document]] = None, mode: Optional[str] = None,
     ) -> dict[str, Any]:
-        """``question`` (optional) is shown to the judge: short answers ("1879.") are only checkable
+        """``replies``: the answer to check (a generator's replies; the first is judged). ``query``
+        (optional) is shown to the judge: short answers ("1879.") are only checkable
         against what they answer. ``evidence``: the sentences a grounded answer was copied from; the
         judge then reads those, under their sources' numbers — the answer's own prompt, so llama.cpp
         reuses it and only the judging task is new. ``mode``: the answer mode; "grounded" with
         ``judge_spans=False`` checks that the span is verbatim instead of asking the LLM."""
+        answer = reply_text(replies)
         info: dict[str, Any] = {"backend": self.backend, "threshold": self.threshold}
         if mode == "grounded" and not self.judge_spans and answer and answer.strip() != NO_ANSWER and _copied(answer, evidence or documents):
             info.update(skipped="a grounded span, copied verbatim from its evidence: supported by construction, not judged (judge_spans=False)")
@@ -214,9 +218,9 @@ class HallucinationDetector:
                 scores = self._hhem.score([(premise, s) for s in sentences])
                 error = None
             else:
-                scores, error = self._judge(sentences, documents, question, numbers)
+                scores, error = self._judge(sentences, documents, query, numbers)
         except Exception as exc:  # a judge that breaks must not take the answer down with it
-            scores, error = None, llm_error(exc, self.generator)
+            scores, error = None, llm_error(exc, self.chat_generator)
             record(fallback=f"hallucination: {error}")
         if scores is None:
             info.update(sentences=[{"text": s, "p_supported": None} for s in sentences], fallback=error)

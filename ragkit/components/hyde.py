@@ -9,7 +9,7 @@ question embedding is returned and the output says why.
 
 Usage::
 
-    hyde = HyDEEmbedder(generator=llm, n_passages=1)
+    hyde = HyDEEmbedder(chat_generator=llm, n_passages=1)
     out = hyde.run(query="Where was Tesla born?", query_embedding=question_vector)
     out["embedding"], out["hyde"]["passages"]
 """
@@ -29,8 +29,8 @@ from ragkit.pipeline.trace import record
 HYDE_SYSTEM = "Write a short, factual encyclopedia-style passage (2-3 sentences) that answers the question. No preamble."
 
 
-def _model_name(generator: Any) -> str:
-    return str(getattr(generator, "model", None) or getattr(generator, "model_path", None) or type(generator).__name__)
+def _model_name(chat_generator: Any) -> str:
+    return str(getattr(chat_generator, "model", None) or getattr(chat_generator, "model_path", None) or type(chat_generator).__name__)
 
 
 def _nonempty(text: str) -> str:
@@ -42,10 +42,10 @@ def _nonempty(text: str) -> str:
 
 @component
 class HyDEEmbedder:
-    def __init__(self, generator: Any, embedder_model: str = "all-MiniLM-L6-v2", n_passages: int = 1, max_tokens: int = 80, cache_size: int = 1024, prompt: Optional[str] = None):
+    def __init__(self, chat_generator: Any, embedder_model: str = "all-MiniLM-L6-v2", n_passages: int = 1, max_tokens: int = 80, cache_size: int = 1024, prompt: Optional[str] = None):
         if n_passages < 1:
             raise ValueError("n_passages must be at least 1")
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.embedder_model = embedder_model
         self.n_passages = n_passages
         self.max_tokens = max_tokens
@@ -59,12 +59,12 @@ class HyDEEmbedder:
             from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.embedder_model)
-        if hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), embedder_model=self.embedder_model,
+            self, chat_generator=generator_to_dict(self.chat_generator), embedder_model=self.embedder_model,
             n_passages=self.n_passages, max_tokens=self.max_tokens, cache_size=self.cache_size, prompt=self.prompt,
         )
 
@@ -74,7 +74,7 @@ class HyDEEmbedder:
 
     def passages(self, query: str) -> tuple[list[str], list[str]]:
         """(passages, errors) for ``query``, from the cache when possible."""
-        key = (query, _model_name(self.generator), self.n_passages, self.prompt)
+        key = (query, _model_name(self.chat_generator), self.n_passages, self.prompt)
         if key in self._cache:
             self._cache.move_to_end(key)
             record(decision={"hyde_cache": "hit"})
@@ -83,7 +83,7 @@ class HyDEEmbedder:
         for i in range(self.n_passages):
             # Different seeds give different passages; temperature 0 would repeat the first one.
             kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0 if i == 0 else 0.7, "seed": i}
-            reply = call_llm(self.generator, [ChatMessage.from_system(self.prompt or HYDE_SYSTEM), ChatMessage.from_user(query)], _nonempty, kwargs, step="hyde")
+            reply = call_llm(self.chat_generator, [ChatMessage.from_system(self.prompt or HYDE_SYSTEM), ChatMessage.from_user(query)], _nonempty, kwargs, step="hyde")
             if reply.ok:
                 passages.append(reply.value)
             else:

@@ -7,7 +7,8 @@ dense/sparse agreement) for the confidence step. :class:`~ragkit.index.retrieval
 does the work (FAISS + bm25s fused by :class:`~ragkit.components.score_fusion.HybridScoreJoiner`,
 auto-merging for hierarchical indexes); this component adds the pipeline sockets and serialization by index path.
 
-``sparse_weight`` is BM25's weight in that fusion (0.5 by default).
+``top_k`` (10 unless given at init, like Haystack's retrievers) may be set per call, e.g. by a router's
+branch; ``sparse_weight`` is BM25's weight in that fusion (0.5 by default).
 ``candidates`` > ``top_k`` retrieves deeper for a reranker downstream (which then keeps ``top_k``).
 ``filters`` (optional input; :mod:`ragkit.index.filters`, e.g. from
 :class:`~ragkit.components.collection_selector.CollectionSelector` or
@@ -16,8 +17,8 @@ metadata match: ``{"collection": ["wiki"], "file_type": ["pdf"]}``, AND across k
 
 Usage::
 
-    retriever = IndexRetriever(index_path=".ragkit/index", mode="hybrid")
-    out = retriever.run(query="Where was Tesla born?", top_k=3, query_embedding=vector)
+    retriever = IndexRetriever(index_path=".ragkit/index", mode="hybrid", top_k=5)
+    out = retriever.run(query="Where was Tesla born?", query_embedding=vector)
     out["documents"], out["signals"]
     retriever.run(query="Where was Tesla born?", top_k=3, filters={"collection": ["wiki"]})
 """
@@ -43,6 +44,7 @@ class IndexRetriever:
         index: RagIndex | None = None,
         index_path: str | None = None,
         mode: str = "hybrid",
+        top_k: int = 10,
         candidates: int = 0,
         sparse_weight: float = DEFAULT_SPARSE_WEIGHT,
         merge_threshold: float = 0.5,
@@ -50,10 +52,10 @@ class IndexRetriever:
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        if candidates < 0:
-            raise ValueError("candidates must be >= 0")
+        if candidates < 0 or top_k < 1:
+            raise ValueError("candidates must be >= 0 and top_k >= 1")
         self._handle = IndexHandle(index, index_path)
-        self.mode, self.candidates = mode, candidates
+        self.mode, self.top_k, self.candidates = mode, top_k, candidates
         self.sparse_weight, self.merge_threshold, self.embedder = sparse_weight, merge_threshold, embedder
         self._retriever: HybridRetriever | None = None
 
@@ -67,7 +69,7 @@ class IndexRetriever:
         if self._handle.index_path is None:
             raise ValueError("an in-memory index cannot be serialized; save it first (RagIndex.save)")
         return default_to_dict(
-            self, index_path=self._handle.index_path, mode=self.mode, candidates=self.candidates,
+            self, index_path=self._handle.index_path, mode=self.mode, top_k=self.top_k, candidates=self.candidates,
             sparse_weight=self.sparse_weight, merge_threshold=self.merge_threshold, embedder=self.embedder,
         )
 
@@ -77,11 +79,11 @@ class IndexRetriever:
 
     @component.output_types(documents=list[Document], signals=dict)
     def run(
-        self, query: str, top_k: int, query_embedding: Optional[list[float]] = None, filters: Optional[dict] = None, sparse_queries: Optional[list[str]] = None,
+        self, query: str, top_k: Optional[int] = None, query_embedding: Optional[list[float]] = None, filters: Optional[dict] = None,
+        sparse_queries: Optional[list[str]] = None,
     ) -> dict[str, Any]:
-        # `top_k` is mandatory on purpose: in a routed graph it arrives only on a retrieving branch,
-        # so retrieval never runs on the router's no-retrieval branch.
         self.warm_up()
+        top_k = top_k or self.top_k
         # Without an embedding (none computed, or HyDE's step failed) a dense or hybrid retriever
         # embeds the question itself; sparse needs none.
         found = self._retriever.retrieve(

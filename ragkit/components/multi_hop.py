@@ -38,8 +38,8 @@ have to travel on edges that Haystack consumes once per run; one component holds
 
 Usage::
 
-    hop = MultiHopReasoner(generator=llm, index_path=".ragkit/index", max_iterations=2, max_llm_calls=4)
-    out = hop.run(question="Who was the grandfather of the emperor who founded the Yuan dynasty?", documents=docs, top_k=5)
+    hop = MultiHopReasoner(chat_generator=llm, index_path=".ragkit/index", max_iterations=2, max_llm_calls=4)
+    out = hop.run(query="Who was the grandfather of the emperor who founded the Yuan dynasty?", documents=docs, top_k=5)
     out["exit_reason"], [h["query"] for h in out["hops"]], out["documents"]
 """
 
@@ -55,17 +55,14 @@ from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.injection_guard import InjectionGuard
 from ragkit.eval.metrics import content_words, strip_citations
+from ragkit.index.coverage import coverage, question_weights
 from ragkit.index.store import RagIndex
-from ragkit.llm.prompts import NO_ANSWER, context_messages
+from ragkit.llm.prompts import NO_ANSWER, context_messages, reply_text, sufficiency_task
 from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
 from ragkit.pipeline.trace import record
 
 EXIT_REASONS = ("sufficient", "max_iterations", "no_new_query", "budget", "check_failed")
 CHECKS = ("coverage", "llm")
-
-
-def sufficiency_task(question: str) -> str:
-    return f"Question: {question}\nDo these sources state the answer to the question? Reply yes or no."
 
 
 def bridge_task(question: str) -> str:
@@ -91,7 +88,7 @@ def follow_up_query(question: str, bridge: str, evidence: str) -> str:
 class MultiHopReasoner:
     def __init__(
         self,
-        generator: Any,
+        chat_generator: Any,
         index: RagIndex | None = None,
         index_path: str | None = None,
         retrieval_mode: str = "hybrid",
@@ -111,7 +108,7 @@ class MultiHopReasoner:
             raise ValueError(f"check must be one of {CHECKS}, not {check!r}")
         self.check = check
         self.coverage_threshold = coverage_threshold
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.index_path = index_path
         self.retrieval_mode = retrieval_mode
         self.embedder = embedder
@@ -126,18 +123,18 @@ class MultiHopReasoner:
         extra = {"sparse_weight": sparse_weight} if sparse_weight is not None else {}
         self._retriever = IndexRetriever(index=index, index_path=index_path, mode=retrieval_mode, embedder=embedder, **extra)
         self._selector = EvidenceSelector(index=index, index_path=index_path, embedder=embedder)
-        self._span = GuardedGenerator(generator=generator, max_tokens=24, step="bridge", answer_mode="grounded")
+        self._span = GuardedGenerator(chat_generator=chat_generator, max_tokens=24, step="bridge", answer_mode="grounded")
         self._guard = InjectionGuard()
 
     def warm_up(self) -> None:
         self._retriever.warm_up()
         self._selector.warm_up()
-        if hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), index_path=self.index_path, retrieval_mode=self.retrieval_mode,
+            self, chat_generator=generator_to_dict(self.chat_generator), index_path=self.index_path, retrieval_mode=self.retrieval_mode,
             embedder=self.embedder, sparse_weight=self.sparse_weight, max_iterations=self.max_iterations,
             max_llm_calls=self.max_llm_calls, threshold=self.threshold, evidence_sentences=self.evidence_sentences, prompt=self.prompt,
             check=self.check, coverage_threshold=self.coverage_threshold,
@@ -151,7 +148,7 @@ class MultiHopReasoner:
     def _sufficient(self, question: str, evidence: list[Document]) -> float:
         """P(the evidence states the answer); raises on an unusable reply."""
         messages = context_messages(evidence, self.prompt.format(question=question) if self.prompt else sufficiency_task(question), numbers=[int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)])
-        return yes_probability(self.generator, messages, step="sufficiency")
+        return yes_probability(self.chat_generator, messages, step="sufficiency")
 
     def _check(self, question: str, evidence: list[Document], query: str, documents: list[Document], hop: dict[str, Any]) -> bool:
         """Whether the evidence suffices (``check``), what was measured written on ``hop``; the llm check raises
@@ -165,7 +162,6 @@ class MultiHopReasoner:
 
     def _coverage(self, query: str, documents: list[Document]) -> float:
         """IDF-weighted share of ``query``'s terms the best single chunk of ``documents`` holds."""
-        from ragkit.components.fallback_retriever import coverage, question_weights
 
         index = self._selector._handle.get()
         return coverage(question_weights(index, query), index.terms([d.content or "" for d in documents])) if documents else 0.0
@@ -173,21 +169,21 @@ class MultiHopReasoner:
     def _bridge(self, question: str, documents: list[Document], evidence: list[Document]) -> str:
         numbers = [int(e.meta.get("cite", i)) for i, e in enumerate(evidence, 1)]
         out = self._span.run(messages=context_messages(evidence, bridge_task(question), numbers=numbers), documents=documents, mode="grounded", evidence=evidence)
-        text = strip_citations(out["text"]).strip(" .")
+        text = strip_citations(reply_text(out["replies"])).strip(" .")
         return "" if not out["ok"] or text == strip_citations(NO_ANSWER).strip(" .") else text
 
     @component.output_types(documents=list[Document], query=str, hops=list[dict], exit_reason=str)
-    def run(self, question: str, documents: list[Document], top_k: Optional[int] = None) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], top_k: Optional[int] = None) -> dict[str, Any]:
         """``documents``: what the first retrieval found; ``top_k``: chunks per follow-up retrieval."""
         self.warm_up()
         top_k = top_k or max(len(documents), 1)
         held = list(documents)
-        tried = {normalized(question)}
+        tried = {normalized(query)}
         bridges: list[str] = []
         hops: list[dict[str, Any]] = []
         calls, exit_reason, iteration = 0, "max_iterations", 0
-        focus = question
-        checked_query, checked_docs = question, held
+        focus = query
+        checked_query, checked_docs = query, held
         while iteration < self.max_iterations:
             evidence = self._selector.rank(focus, held)[: self.evidence_sentences]
             if not evidence:
@@ -201,11 +197,11 @@ class MultiHopReasoner:
             hops.append(hop)
             calls += asks_llm
             try:
-                if self._check(question, evidence, checked_query, checked_docs, hop):
+                if self._check(query, evidence, checked_query, checked_docs, hop):
                     exit_reason = "sufficient"
                     break
             except Exception as exc:  # an unusable check keeps what was found and says why it stopped
-                hop["error"] = llm_error(exc, self.generator)
+                hop["error"] = llm_error(exc, self.chat_generator)
                 record(fallback=f"multi_hop: sufficiency check failed ({hop['error']})")
                 exit_reason = "check_failed"
                 break
@@ -213,22 +209,22 @@ class MultiHopReasoner:
                 exit_reason = "budget"
                 break
             calls += 1
-            bridge = self._bridge(question, held, evidence)
-            query = follow_up_query(question, bridge, " ".join(e.content for e in evidence)) if bridge else ""
-            hop.update(bridge=bridge, query=query)
-            if not bridge or normalized(query) in tried or bridge in bridges:
+            bridge = self._bridge(query, held, evidence)
+            follow_up = follow_up_query(query, bridge, " ".join(e.content for e in evidence)) if bridge else ""
+            hop.update(bridge=bridge, query=follow_up)
+            if not bridge or normalized(follow_up) in tried or bridge in bridges:
                 exit_reason = "no_new_query"
                 break
-            tried.add(normalized(query))
+            tried.add(normalized(follow_up))
             bridges.append(bridge)
-            found = self._retriever.run(query=query, top_k=top_k)["documents"]
+            found = self._retriever.run(query=follow_up, top_k=top_k)["documents"]
             found = self._guard.run(documents=found)["documents"]
             known = {d.id for d in held}
             new = [d for d in found if d.id not in known]
             hop["new_documents"] = len(new)
             held = new + held
-            checked_query, checked_docs = query, new  # the next check: was what was still unknown found?
-            focus = f"{question} {' '.join(bridges)}"
+            checked_query, checked_docs = follow_up, new  # the next check: was what was still unknown found?
+            focus = f"{query} {' '.join(bridges)}"
             iteration += 1
         record(decision={"exit_reason": exit_reason, "hops": iteration, "calls": calls})
         return {"documents": held, "query": focus, "hops": hops, "exit_reason": exit_reason}

@@ -15,9 +15,9 @@ result as such; the other parts are still answered.
 
 Usage::
 
-    inner = build_pipeline(features_without_planning, generator, index=index)
+    inner = build_pipeline(features_without_planning, chat_generator, index=index)
     answerer = PerPartAnswerer(pipeline=inner, features=features_without_planning.to_dict())
-    out = answerer.run(parts=["Where was Tesla born?", "What did Tesla study?"], question="…", kind="multi")
+    out = answerer.run(parts=["Where was Tesla born?", "What did Tesla study?"], query="…", kind="multi")
     out["answer"], out["parts"][1]["answer"], out["documents"]
 """
 
@@ -30,6 +30,9 @@ from haystack import Document, Pipeline, component, default_from_dict, default_t
 
 from ragkit.components.confidence import symbol
 from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.features import Features
+from ragkit.pipeline.graph_io import graph_inputs, outputs_of
+from ragkit.pipeline.result import AgenticResult, result_from_outputs
 from ragkit.pipeline.trace import Trace, active_trace, record
 
 _CITATION = re.compile(r"\[(\d+)\]")
@@ -66,19 +69,14 @@ class PerPartAnswerer:
         data["init_parameters"]["pipeline"] = Pipeline.from_dict(data["init_parameters"]["pipeline"], allowed_modules=["ragkit.*"])
         return default_from_dict(cls, data)
 
-    def _answer(self, part: str):
-        from ragkit.pipeline.features import Features
-        from ragkit.pipeline.graph import OUTPUTS, graph_inputs
-        from ragkit.pipeline.result import result_from_outputs
-
-        outputs = OUTPUTS & set(self.pipeline.graph.nodes)
-        out = self.pipeline.run(graph_inputs(self.pipeline, part), include_outputs_from=outputs)
+    def _answer(self, part: str) -> AgenticResult:
+        out = self.pipeline.run(graph_inputs(self.pipeline, part), include_outputs_from=outputs_of(self.pipeline))
         return result_from_outputs(part, out, active_trace() or Trace(), Features.from_dict(self.features))
 
     @component.output_types(answer=str, documents=list[Document], parts=list[dict], confidence=float, symbol=str, declined=bool)
-    def run(self, parts: list[str], question: Optional[str] = None, kind: Optional[str] = None) -> dict[str, Any]:
-        """``kind``: the decomposer's ("multi", "comparison", "single"); ``question``: the whole question."""
-        parts = [p for p in parts if p and p.strip()] or ([question] if question else [])
+    def run(self, parts: list[str], query: Optional[str] = None, kind: Optional[str] = None) -> dict[str, Any]:
+        """``kind``: the decomposer's ("multi", "comparison", "single"); ``query``: the whole question."""
+        parts = [p for p in parts if p and p.strip()] or ([query] if query else [])
         results = []
         for i, part in enumerate(parts, 1):
             record(decision={f"part {i}": part[:80]})

@@ -119,8 +119,8 @@ def decompose_task(question: str) -> str:
     )
 
 
-def _list_constraint(generator: Any, max_parts: int) -> dict[str, Any]:
-    if backend_of(generator) == "llama.cpp":
+def _list_constraint(chat_generator: Any, max_parts: int) -> dict[str, Any]:
+    if backend_of(chat_generator) == "llama.cpp":
         from llama_cpp import LlamaGrammar
 
         items = " ".join(['("," ws item)?'] * (max_parts - 1))
@@ -131,7 +131,7 @@ def _list_constraint(generator: Any, max_parts: int) -> dict[str, Any]:
             'ws ::= [ ]?'
         )
         return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
-    if backend_of(generator) == "openai":
+    if backend_of(chat_generator) == "openai":
         schema = {"type": "object", "properties": {"parts": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": max_parts}}, "required": ["parts"], "additionalProperties": False}
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "parts", "strict": True, "schema": schema}}}
     return {}
@@ -155,24 +155,24 @@ def parse_parts(text: str, question: str, max_parts: int) -> list[str]:
 
 @component
 class QueryDecomposer:
-    def __init__(self, backend: str = "rules", generator: Any = None, max_parts: int = 3, prompt: str | None = None):
+    def __init__(self, backend: str = "rules", chat_generator: Any = None, max_parts: int = 3, prompt: str | None = None):
         """``prompt``: a custom task template with ``{question}`` (the LLM backend's), replacing :func:`decompose_task`."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
-        if backend != "rules" and generator is None:
+        if backend != "rules" and chat_generator is None:
             raise ValueError(f"the {backend} backend needs a chat generator")
         if max_parts < 2:
             raise ValueError("max_parts must be >= 2")
         if prompt is not None and "{question}" not in prompt:
             raise ValueError("a custom decomposition prompt needs a {question} placeholder")
-        self.backend, self.generator, self.max_parts, self.prompt = backend, generator, max_parts, prompt
+        self.backend, self.chat_generator, self.max_parts, self.prompt = backend, chat_generator, max_parts, prompt
 
     def warm_up(self) -> None:
-        if self.generator is not None and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, backend=self.backend, generator=generator_to_dict(self.generator), max_parts=self.max_parts, prompt=self.prompt)
+        return default_to_dict(self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator), max_parts=self.max_parts, prompt=self.prompt)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "QueryDecomposer":
@@ -181,8 +181,8 @@ class QueryDecomposer:
     def _llm_parts(self, question: str) -> list[str] | None:
         task = self.prompt.format(question=question) if self.prompt else decompose_task(question)
         messages = [ChatMessage.from_system(DECOMPOSE_SYSTEM), ChatMessage.from_user(task)]
-        kwargs = {**_list_constraint(self.generator, self.max_parts), "max_tokens": 160, "temperature": 0.0}
-        reply = call_llm(self.generator, messages, lambda text: parse_parts(text, question, self.max_parts), kwargs, step="decompose")
+        kwargs = {**_list_constraint(self.chat_generator, self.max_parts), "max_tokens": 160, "temperature": 0.0}
+        reply = call_llm(self.chat_generator, messages, lambda text: parse_parts(text, question, self.max_parts), kwargs, step="decompose")
         return reply.value if reply.ok else None
 
     @component.output_types(parts=list[str], kind=str, decomposition=dict)

@@ -21,7 +21,7 @@ Why not Haystack's ``QueryExpander`` itself. Its prompt and its ``{"queries": [.
 kept (pass ``prompt_template=haystack.components.query.query_expander.DEFAULT_PROMPT_TEMPLATE`` to use
 its prompt verbatim), but the component cannot be wrapped: it calls ``chat_generator.run(messages)``
 with no per-call ``generation_kwargs``, so neither a llama.cpp grammar nor a small ``max_tokens`` can
-be set for this one call without changing the generator the grader and the answer share; it logs and
+be set for this one call without changing the chat generator the grader and the answer share; it logs and
 swallows every failure, returning the bare question, so a failure cannot be told from "nothing to
 add" or traced; and it puts the question last. Here the call goes through
 :func:`ragkit.llm.structured.call_llm` (deadline, reply bound, trace) under a GBNF grammar that
@@ -95,9 +95,9 @@ def expansion_grammar(n: int) -> str:
     ])
 
 
-def expansion_constraint(generator: Any, n: int) -> dict[str, Any]:
+def expansion_constraint(chat_generator: Any, n: int) -> dict[str, Any]:
     """generation_kwargs that make only a ``{"queries": [n strings]}`` reply possible."""
-    kind = backend_of(generator)
+    kind = backend_of(chat_generator)
     if kind == "llama.cpp":
         from llama_cpp import LlamaGrammar
 
@@ -271,7 +271,7 @@ class KeywordExpander:
     def __init__(
         self,
         backend: str = "prf",
-        generator: Any = None,
+        chat_generator: Any = None,
         index: RagIndex | None = None,
         index_path: str | None = None,
         n_expansions: int = 2,
@@ -282,21 +282,21 @@ class KeywordExpander:
     ):
         if backend not in EXPAND_BACKENDS:
             raise ValueError(f"backend must be one of {EXPAND_BACKENDS}, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm expander needs a chat generator")
         if backend == "prf" and index is None and index_path is None:
             raise ValueError("the prf expander needs the index: give index= (a RagIndex) or index_path=")
         if n_expansions < 1 or feedback_docs < 1 or n_terms < 1 or (max_tokens is not None and max_tokens < 1):
             raise ValueError("n_expansions, feedback_docs, n_terms and max_tokens must be at least 1")
-        self.backend, self.generator = backend, generator
+        self.backend, self.chat_generator = backend, chat_generator
         self._handle = IndexHandle(index, index_path) if (index is not None or index_path is not None) else None
         self.n_expansions, self.max_tokens, self.prompt_template = n_expansions, max_tokens, prompt_template
         self.feedback_docs, self.n_terms = feedback_docs, n_terms
         self._builder = None
 
     def warm_up(self) -> None:
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
         if self.backend == "prf":
             self._handle.get()
 
@@ -305,7 +305,7 @@ class KeywordExpander:
         if self.backend == "prf" and index_path is None:
             raise ValueError("an in-memory index cannot be serialized; save it first (RagIndex.save)")
         return default_to_dict(
-            self, backend=self.backend, generator=generator_to_dict(self.generator), index_path=index_path,
+            self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator), index_path=index_path,
             n_expansions=self.n_expansions, max_tokens=self.max_tokens, prompt_template=self.prompt_template,
             feedback_docs=self.feedback_docs, n_terms=self.n_terms,
         )
@@ -329,8 +329,8 @@ class KeywordExpander:
         self.warm_up()
         # the JSON frame, and per expansion its words (a word is a token or two) plus quotes and comma
         max_tokens = self.max_tokens or 10 + self.n_expansions * (2 * MAX_EXPANSION_WORDS + 4)
-        kwargs = {**expansion_constraint(self.generator, self.n_expansions), "max_tokens": max_tokens, "temperature": 0.0}
-        reply = call_llm(self.generator, self._messages(query), lambda text: parse_expansions(text, query, self.n_expansions), kwargs, step="expand")
+        kwargs = {**expansion_constraint(self.chat_generator, self.n_expansions), "max_tokens": max_tokens, "temperature": 0.0}
+        reply = call_llm(self.chat_generator, self._messages(query), lambda text: parse_expansions(text, query, self.n_expansions), kwargs, step="expand")
         if not reply.ok:
             return [], [], reply.error
         return reply.value, added_words(query, reply.value), None

@@ -97,19 +97,19 @@ def subsequence_grammar(question: str) -> str:
 
 @component
 class QueryRewriter:
-    def __init__(self, backend: str = "rules", generator: Any = None, prompt: Optional[str] = None):
+    def __init__(self, backend: str = "rules", chat_generator: Any = None, prompt: Optional[str] = None):
         if backend not in REWRITE_BACKENDS:
             raise ValueError(f"backend must be one of {REWRITE_BACKENDS}, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm rewriter needs a chat generator")
-        self.backend, self.generator, self.prompt = backend, generator, prompt
+        self.backend, self.chat_generator, self.prompt = backend, chat_generator, prompt
 
     def warm_up(self) -> None:
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, backend=self.backend, generator=generator_to_dict(self.generator), prompt=self.prompt)
+        return default_to_dict(self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator), prompt=self.prompt)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "QueryRewriter":
@@ -124,11 +124,11 @@ class QueryRewriter:
             self.warm_up()
             messages = [ChatMessage.from_system(self.prompt or REWRITE_SYSTEM), ChatMessage.from_user(f"Question: {query}\nThe question without filler:")]
             kwargs: dict[str, Any] = {"max_tokens": 2 * len(query.split()) + 8, "temperature": 0.0}
-            if backend_of(self.generator) == "llama.cpp":
+            if backend_of(self.chat_generator) == "llama.cpp":
                 from llama_cpp import LlamaGrammar
 
                 kwargs["grammar"] = LlamaGrammar.from_string(subsequence_grammar(query), verbose=False)
-            reply = call_llm(self.generator, messages, lambda text: _keeps(text.strip(), query), kwargs, step="rewrite")
+            reply = call_llm(self.chat_generator, messages, lambda text: _keeps(text.strip(), query), kwargs, step="rewrite")
             if reply.ok:
                 rewritten = reply.value
             else:

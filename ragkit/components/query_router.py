@@ -96,17 +96,17 @@ class QueryRouter:
     def __init__(
         self,
         backend: RouterBackend = "embedding",
-        generator: Any = None,
+        chat_generator: Any = None,
         embedder_model: str = "all-MiniLM-L6-v2",
         prototypes: dict[str, list[str]] | None = None,
         prompt: str | None = None,
     ):
         if backend not in ("rules", "embedding", "llm"):
             raise ValueError(f"backend must be rules, embedding or llm, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm backend needs a chat generator")
         self.backend = backend
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.embedder_model = embedder_model
         self.prototypes = prototypes or PROTOTYPES
         self.prompt = prompt  # the llm backend's system prompt (ROUTER_SYSTEM when None); the reply is still one of ROUTES
@@ -127,14 +127,14 @@ class QueryRouter:
                 centroid = vectors.mean(axis=0)
                 centroids.append(centroid / np.linalg.norm(centroid))
             self._centroids = np.vstack(centroids)
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
             self,
             backend=self.backend,
-            generator=generator_to_dict(self.generator),
+            chat_generator=generator_to_dict(self.chat_generator),
             embedder_model=self.embedder_model,
             prototypes=self.prototypes if self.prototypes is not PROTOTYPES else None,
             prompt=self.prompt,
@@ -162,8 +162,8 @@ class QueryRouter:
         else:
             messages = [ChatMessage.from_system(self.prompt or ROUTER_SYSTEM), ChatMessage.from_user(query)]
             reply = call_llm(
-                self.generator, messages, lambda text: parse_choice(text, ROUTES),
-                generation_kwargs={**choice_constraint(self.generator, ROUTES), "max_tokens": 8, "temperature": 0.0},
+                self.chat_generator, messages, lambda text: parse_choice(text, ROUTES),
+                generation_kwargs={**choice_constraint(self.chat_generator, ROUTES), "max_tokens": 8, "temperature": 0.0},
                 step="router",
             )
             if reply.ok:

@@ -77,7 +77,7 @@ class Reranker:
         self,
         backend: RerankBackend = "bi-encoder",
         model: str | None = None,
-        generator: Any = None,
+        chat_generator: Any = None,
         top_k: int | None = None,
         max_chars_per_doc: int = 1200,
         fuse_with_retrieval: bool | None = None,
@@ -86,17 +86,17 @@ class Reranker:
             raise ValueError(f"backend must be cross-encoder, llm or bi-encoder, not {backend!r}")
         if backend == "cross-encoder" and not model:
             raise ValueError("the cross-encoder backend needs model= (a CrossEncoder hub id or local folder)")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm backend needs a chat generator")
         self.backend = backend
         self.model = model
-        self.generator = generator
+        self.chat_generator = chat_generator
         self.top_k = top_k
         self.max_chars_per_doc = max_chars_per_doc
         self.fuse_with_retrieval = fuse_with_retrieval
         self._ranker = None
         self._embedder = None
-        self._probe = probe_for(generator) if generator is not None and LlamaProbe.supports(generator) else None
+        self._probe = probe_for(chat_generator) if chat_generator is not None and LlamaProbe.supports(chat_generator) else None
 
     def warm_up(self) -> None:
         if self.backend == "cross-encoder" and self._ranker is None:
@@ -110,12 +110,12 @@ class Reranker:
             from ragkit.llm.generators import shared_text_embedder
 
             self._embedder = shared_text_embedder(self.model or "all-MiniLM-L6-v2")
-        elif self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        elif self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, backend=self.backend, model=self.model, generator=generator_to_dict(self.generator),
+            self, backend=self.backend, model=self.model, chat_generator=generator_to_dict(self.chat_generator),
             top_k=self.top_k, max_chars_per_doc=self.max_chars_per_doc, fuse_with_retrieval=self.fuse_with_retrieval,
         )
 
@@ -151,7 +151,7 @@ class Reranker:
                 best[i] = max(best[i], float(sim))
             return best.tolist()
         if self._probe is None:
-            raise RuntimeError("the llm reranker reads token probabilities and needs a llama.cpp generator")
+            raise RuntimeError("the llm reranker reads token probabilities and needs a llama.cpp chat generator")
         before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
         scores = []
         for doc in documents:

@@ -50,22 +50,22 @@ def gate_task(question: str) -> str:
 
 @component
 class RetrievalGate:
-    def __init__(self, backend: str = "rules", generator: Any = None, threshold: float = 0.5, prompt: Optional[str] = None):
+    def __init__(self, backend: str = "rules", chat_generator: Any = None, threshold: float = 0.5, prompt: Optional[str] = None):
         """``prompt``: a custom system prompt for the LLM backend (the task line stays)."""
         if backend not in GATE_BACKENDS:
             raise ValueError(f"backend must be one of {GATE_BACKENDS}, not {backend!r}")
-        if backend == "llm" and generator is None:
+        if backend == "llm" and chat_generator is None:
             raise ValueError("the llm gate needs a chat generator")
         if not 0 <= threshold <= 1:
             raise ValueError("threshold must be in [0, 1]")
-        self.backend, self.generator, self.threshold, self.prompt = backend, generator, threshold, prompt
+        self.backend, self.chat_generator, self.threshold, self.prompt = backend, chat_generator, threshold, prompt
 
     def warm_up(self) -> None:
-        if self.backend == "llm" and hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if self.backend == "llm" and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, backend=self.backend, generator=generator_to_dict(self.generator), threshold=self.threshold, prompt=self.prompt)
+        return default_to_dict(self, backend=self.backend, chat_generator=generator_to_dict(self.chat_generator), threshold=self.threshold, prompt=self.prompt)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RetrievalGate":
@@ -73,7 +73,7 @@ class RetrievalGate:
 
     def _p_needs_documents(self, question: str) -> float:
         messages = [ChatMessage.from_system(self.prompt or GATE_SYSTEM), ChatMessage.from_user(gate_task(question))]
-        return yes_probability(self.generator, messages, step="gate")
+        return yes_probability(self.chat_generator, messages, step="gate")
 
     @component.output_types(search_query=str, direct_query=str, gate=dict)
     def run(self, query: str) -> dict[str, Any]:
@@ -88,7 +88,7 @@ class RetrievalGate:
                 info["p_needs_documents"] = round(p, 3)
                 retrieve = p >= self.threshold
             except Exception as exc:  # unsure: retrieve (a needless search costs less than a missed one)
-                error = llm_error(exc, self.generator)
+                error = llm_error(exc, self.chat_generator)
                 record(fallback=f"gate: {error}; retrieved")
                 info["fallback"] = error
                 retrieve = True

@@ -1,9 +1,10 @@
-"""SelfCorrectingAnswerer: answer, check the answer, and re-answer under a stricter prompt — a
-bounded Haystack pipeline loop.
+"""SelfCorrectingAnswerer: answer, check the answer, and re-answer under a stricter prompt — one
+bounded Haystack pipeline loop, wrapped as a ``SuperComponent``.
 
-The loop is an ordinary Haystack ``Pipeline`` with a cycle (the engine's graph embeds the same loop
-as a ``SuperComponent``, :func:`correction_loop`, so the sources stay fixed across retries: Haystack
-consumes a component's output once, but keeps a sub-pipeline's own inputs for every pass)::
+The engine's graph uses this component as its ``self_correction`` node, and it works alone in any
+pipeline; there is no second copy of the loop. It is a ``SuperComponent`` (Haystack's
+``@super_component``) because a loop must see the same sources on every pass: Haystack consumes a
+component's output once, but keeps a sub-pipeline's own inputs for every pass. Inside::
 
     answer_prompt (ChatPromptBuilder) → answer (GuardedGenerator) → hallucination (HallucinationDetector)
           ↑                                   ↑                         ↓
@@ -19,27 +20,32 @@ the attempt number back to the prompt builder, whose template then switches to t
 the generator as its fallback. Haystack cannot connect a component to itself, so the attempt
 number reaches the router again through ``correction_count``. The prompt builder names its
 ``required_variables`` explicitly (Haystack 3 needs it for loop inputs); ``attempt`` stays optional
-because it arrives only from the loop. ``no_context`` (no documents) exits before any LLM call.
+because it arrives only from the loop. No documents: ``no_context``, before any LLM call.
+Bounded by ``max_corrections``, with Haystack's ``max_runs_per_component`` as the backstop.
+
+The loop's outputs are the last pass's: the answer's ``replies``, ``answer_ok`` and token
+probabilities (``answer_tokens``, a confidence signal), the judge's ``support`` and per-sentence
+``hallucination`` details, ``corrections`` made and the ``exit_reason``.
 
 The prompt is :func:`ragkit.llm.prompts.answer_prompt_builder` — the same bytes
 ``context_messages`` gives the grader and the judge — so the sources are evaluated once per question
-and reused from llama.cpp's cache. The answer's status (``answer_ok``) and token probabilities pass
-through the router to the confidence step.
+and reused from llama.cpp's cache.
 
 Usage::
 
-    corrector = SelfCorrectingAnswerer(generator=llm, threshold=0.5, max_corrections=1)
-    out = corrector.run(question="Where was Tesla born?", documents=docs)
-    out["answer"], out["exit_reason"], out["corrections"], out["support"]
+    corrector = SelfCorrectingAnswerer(chat_generator=llm, threshold=0.5, max_corrections=1)
+    out = corrector.run(query="Where was Tesla born?", documents=docs)
+    out["replies"][0].text, out["exit_reason"], out.get("corrections", 0), out["support"]
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from haystack import Document, Pipeline, SuperComponent, component, default_from_dict, default_to_dict
+from haystack import Pipeline, SuperComponent, default_from_dict, default_to_dict, super_component
 from haystack.components.converters import OutputAdapter
 from haystack.components.routers import ConditionalRouter
+from haystack.dataclasses import ChatMessage
 
 from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.components.hallucination_detector import HallucinationDetector
@@ -47,23 +53,30 @@ from ragkit.llm.prompts import NO_ANSWER, answer_prompt_builder
 from ragkit.llm.structured import generator_from_dict, generator_to_dict
 
 LOOP_OUTPUTS = {
-    "correction_router.exit_reason": "exit_reason",
-    "correction_router.answer": "answer",
-    "correction_router.support": "support",
-    "correction_router.answer_ok": "answer_ok",
-    "correction_router.answer_tokens": "answer_tokens",
-    "correction_count.output": "corrections",
+    "answer.replies": "replies",
+    "answer.ok": "answer_ok",
+    "answer.tokens": "answer_tokens",
+    "hallucination.score": "support",
     "hallucination.hallucination": "hallucination",
+    "correction_router.exit_reason": "exit_reason",
+    "correction_count.output": "corrections",
+}
+# The loop's own inputs, kept for every pass: the sources (the prompt, the grounded answer's span
+# mask and the judge read them), a grounded answer's evidence sentences, the question, and the
+# answer mode ("grounded" / "free").
+LOOP_INPUTS = {
+    "documents": ["answer_prompt.documents", "answer.documents", "hallucination.documents"],
+    "evidence": ["answer_prompt.evidence", "answer.evidence", "hallucination.evidence"],
+    "query": ["answer_prompt.query", "answer.query", "hallucination.query"],
+    "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode", "hallucination.mode"],
 }
 
 
 def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, Any]]:
-    """Exits (supported / unknown / max_corrections) or a retry with the attempt number."""
-    names = ["exit_reason", "answer", "support", "answer_ok", "answer_tokens"]
-    types = [str, str, Optional[float], bool, dict]
+    """Exits (an exit reason) or a retry with the attempt number and the answer to fall back on."""
 
     def done(reason: str) -> dict[str, Any]:
-        return {"output": [reason, "{{ answer }}", "{{ score }}", "{{ answer_ok }}", "{{ answer_tokens }}"], "output_name": names, "output_type": types}
+        return {"output": reason, "output_name": "exit_reason", "output_type": str}
 
     return [
         {"condition": "{{ score is none and 'skipped' in (judged or {}) }}", **done("span_copied")},
@@ -75,23 +88,21 @@ def correction_routes(threshold: float, max_corrections: int) -> list[dict[str, 
         # the confidence
         {"condition": "{{ mode == 'grounded' }}", **done("unsupported_span")},
         {"condition": f"{{{{ (attempt or 0) >= {int(max_corrections)} }}}}", **done("max_corrections")},
-        {"condition": "{{ true }}", "output": ["{{ (attempt or 0) + 1 }}", "{{ answer }}"], "output_name": ["retry", "previous_answer"], "output_type": [int, str]},
+        {"condition": "{{ true }}", "output": ["{{ (attempt or 0) + 1 }}", "{{ replies[0].text }}"], "output_name": ["retry", "previous_answer"], "output_type": [int, str]},
     ]
 
 
-def build_correction_pipeline(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256, answer_task: str | None = None) -> Pipeline:
-    """Inputs: ``answer_prompt`` and ``hallucination`` each take ``documents`` and ``question``."""
+def build_correction_pipeline(chat_generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256, answer_task: str | None = None) -> Pipeline:
+    """The loop; its inputs are :data:`LOOP_INPUTS`, its outputs :data:`LOOP_OUTPUTS`."""
     pipe = Pipeline(max_runs_per_component=max_corrections + 2)
     pipe.add_component("answer_prompt", answer_prompt_builder(answer_task))
-    pipe.add_component("answer", GuardedGenerator(generator=generator, max_tokens=max_tokens))
+    pipe.add_component("answer", GuardedGenerator(chat_generator=chat_generator, max_tokens=max_tokens))
     pipe.add_component("hallucination", detector)
     pipe.add_component("correction_router", ConditionalRouter(routes=correction_routes(threshold, max_corrections), optional_variables=["attempt", "mode", "judged"]))
     pipe.add_component("correction_count", OutputAdapter(template="{{ attempt }}", output_type=int))
     pipe.connect("answer_prompt.prompt", "answer.messages")
-    pipe.connect("answer.text", "hallucination.answer")
-    pipe.connect("answer.text", "correction_router.answer")
-    pipe.connect("answer.ok", "correction_router.answer_ok")
-    pipe.connect("answer.tokens", "correction_router.answer_tokens")
+    pipe.connect("answer.replies", "hallucination.replies")
+    pipe.connect("answer.replies", "correction_router.replies")
     pipe.connect("hallucination.score", "correction_router.score")
     pipe.connect("hallucination.hallucination", "correction_router.judged")
     pipe.connect("correction_router.retry", "answer_prompt.attempt")
@@ -101,52 +112,49 @@ def build_correction_pipeline(generator: Any, detector: HallucinationDetector, t
     return pipe
 
 
-# The loop's own inputs, kept for every pass: the sources (the prompt, the grounded answer's span
-# mask and the judge read them), the question, and the answer mode ("grounded" / "free").
-LOOP_INPUTS = {
-    "documents": ["answer_prompt.documents", "answer.documents", "hallucination.documents"],
-    # a grounded answer's evidence sentences: the prompt, the span mask and the judge read them
-    "evidence": ["answer_prompt.evidence", "answer.evidence", "hallucination.evidence"],
-    "question": ["answer_prompt.question", "answer.question", "hallucination.question"],
-    "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode", "hallucination.mode"],
-}
+def _no_context() -> dict[str, Any]:
+    return {"replies": [ChatMessage.from_assistant(NO_ANSWER)], "answer_ok": True, "answer_tokens": {}, "support": None,
+            "hallucination": {}, "exit_reason": "no_context", "corrections": 0}
 
 
-def correction_loop(generator: Any, detector: HallucinationDetector, threshold: float, max_corrections: int, max_tokens: int = 256, answer_task: str | None = None) -> SuperComponent:
-    """The loop as one node of a bigger graph: inputs ``documents``, ``question``, ``mode``; outputs :data:`LOOP_OUTPUTS`."""
-    return SuperComponent(
-        pipeline=build_correction_pipeline(generator, detector, threshold, max_corrections, max_tokens, answer_task),
-        input_mapping=LOOP_INPUTS,
-        output_mapping=LOOP_OUTPUTS,
-    )
-
-
-@component
+@super_component
 class SelfCorrectingAnswerer:
+    """Inputs ``documents``, ``query`` (mandatory), ``mode``, ``evidence``; outputs :data:`LOOP_OUTPUTS`."""
+
     def __init__(
         self,
-        generator: Any,
+        chat_generator: Any,
         detector: Optional[HallucinationDetector] = None,
         threshold: float = 0.5,
         max_corrections: int = 1,
         max_tokens: int = 256,
+        answer_task: Optional[str] = None,
     ):
+        """``detector``: the judge (default: the same model as ``llm_judge``); ``answer_task``: a custom
+        free-answer task with a ``{question}`` placeholder (``Features.step_prompts["answer"]``)."""
         if max_corrections < 0 or not 0.0 <= threshold <= 1.0:
             raise ValueError("max_corrections must be >= 0 and threshold in [0, 1]")
-        self.generator = generator
-        self.detector = detector if detector is not None else HallucinationDetector(backend="llm_judge", generator=generator, threshold=threshold)
-        self.threshold = threshold
-        self.max_corrections = max_corrections
-        self.max_tokens = max_tokens
-        self.pipeline = build_correction_pipeline(generator, self.detector, threshold, max_corrections, max_tokens)
+        self.chat_generator = chat_generator
+        self.detector = detector if detector is not None else HallucinationDetector(backend="llm_judge", chat_generator=chat_generator, threshold=threshold)
+        self.threshold, self.max_corrections, self.max_tokens, self.answer_task = threshold, max_corrections, max_tokens, answer_task
+        self.pipeline = build_correction_pipeline(chat_generator, self.detector, threshold, max_corrections, max_tokens, answer_task)
+        self.input_mapping = LOOP_INPUTS
+        self.output_mapping = LOOP_OUTPUTS
 
-    def warm_up(self) -> None:
-        self.pipeline.warm_up()
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        if not kwargs.get("documents"):  # nothing to answer from: no LLM call
+            return _no_context()
+        return {"corrections": 0, **SuperComponent.run(self, **kwargs)}  # no retry: correction_count never ran
+
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        if not kwargs.get("documents"):
+            return _no_context()
+        return {"corrections": 0, **await SuperComponent.run_async(self, **kwargs)}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), detector=self.detector.to_dict(),
-            threshold=self.threshold, max_corrections=self.max_corrections, max_tokens=self.max_tokens,
+            self, chat_generator=generator_to_dict(self.chat_generator), detector=self.detector.to_dict(),
+            threshold=self.threshold, max_corrections=self.max_corrections, max_tokens=self.max_tokens, answer_task=self.answer_task,
         )
 
     @classmethod
@@ -155,22 +163,3 @@ class SelfCorrectingAnswerer:
         if params.get("detector"):
             params["detector"] = HallucinationDetector.from_dict(params["detector"])
         return default_from_dict(cls, generator_from_dict(data))
-
-    @component.output_types(answer=str, exit_reason=str, corrections=int, support=Optional[float], hallucination=dict)
-    def run(self, question: str, documents: list[Document], mode: Optional[str] = None, evidence: Optional[list[Document]] = None) -> dict[str, Any]:
-        """``mode``: "grounded" (a span of the sources) or "free" (the default); ``evidence``: the sentences
-        a grounded answer copies from (:class:`~ragkit.components.evidence_selector.EvidenceSelector`)."""
-        if not documents:
-            return {"answer": NO_ANSWER, "exit_reason": "no_context", "corrections": 0, "support": None, "hallucination": {}}
-        inputs = {"documents": documents, "question": question, "evidence": evidence or []}
-        data = {"answer_prompt": {**inputs, "mode": mode or "free"}, "answer": {**inputs, "mode": mode or "free"}, "hallucination": {**inputs, "mode": mode or "free"},
-                "correction_router": {"mode": mode or "free"}}
-        out = self.pipeline.run(data, include_outputs_from={"hallucination", "correction_count"})
-        judged = out.get("hallucination", {})
-        return {
-            "answer": out["correction_router"]["answer"],
-            "exit_reason": out["correction_router"]["exit_reason"],
-            "corrections": int(out.get("correction_count", {}).get("output", 0) or 0),
-            "support": judged.get("score"),
-            "hallucination": judged.get("hallucination", {}),
-        }

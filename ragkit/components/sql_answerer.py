@@ -29,7 +29,7 @@ prompt cache reuses it) and the question; no few-shot examples.
 
 Usage::
 
-    answerer = SqlAnswerer(generator=build_chat_generator(ModelConfig(llm="qwen2.5-coder-0.5b")))
+    answerer = SqlAnswerer(chat_generator=build_chat_generator(ModelConfig(llm="qwen2.5-coder-0.5b")))
     answerer.warm_up()
     out = answerer.run(query="How many cars from Japan are in the table?")
     out["sql"], out["value"], out["documents"][0].content
@@ -246,7 +246,7 @@ def result_text(table: str, sql: str, columns: list[str], rows: list[tuple], tru
 class SqlAnswerer:
     def __init__(
         self,
-        generator: Any,
+        chat_generator: Any,
         tables: dict[str, str] | None = None,
         max_rows: int = 20,
         timeout_s: float = 2.0,
@@ -263,13 +263,13 @@ class SqlAnswerer:
         ``only_numeric``: ask the LLM only when :meth:`looks_numeric` says the question counts or
         compares numbers of these tables (how the engine's SQL route uses it); other questions pass
         their ``documents`` through with no call."""
-        if generator is None:
+        if chat_generator is None:
             raise ValueError("SqlAnswerer needs a chat generator")
         if max_rows < 1 or timeout_s <= 0 or max_tokens < 16:
             raise ValueError("max_rows must be >= 1, timeout_s > 0 and max_tokens >= 16")
         if prompt is not None and "{schema}" not in prompt:
             raise ValueError("a custom SQL prompt needs a {schema} placeholder")
-        self.generator, self.tables = generator, dict(tables or DEFAULT_TABLES)
+        self.chat_generator, self.tables = chat_generator, dict(tables or DEFAULT_TABLES)
         self.max_rows, self.timeout_s, self.max_tokens, self.prompt = max_rows, timeout_s, max_tokens, prompt
         self.only_numeric = only_numeric
         if subject_words is None:
@@ -280,14 +280,14 @@ class SqlAnswerer:
         self._grammar: Any = None
 
     def warm_up(self) -> None:
-        """Load the tables (ValueError naming a source that cannot be read) and the generator."""
+        """Load the tables (ValueError naming a source that cannot be read) and the chat_generator."""
         self.database()
-        if hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), tables=self.tables, max_rows=self.max_rows, timeout_s=self.timeout_s,
+            self, chat_generator=generator_to_dict(self.chat_generator), tables=self.tables, max_rows=self.max_rows, timeout_s=self.timeout_s,
             max_tokens=self.max_tokens, subject_words=self.subject_words, prompt=self.prompt,
             only_numeric=self.only_numeric,
         )
@@ -315,7 +315,7 @@ class SqlAnswerer:
         return looks_numeric(question, self.schemas, self.subject_words)
 
     def _constraint(self) -> dict[str, Any]:
-        if backend_of(self.generator) != "llama.cpp":
+        if backend_of(self.chat_generator) != "llama.cpp":
             return {}
         if self._grammar is None:
             from llama_cpp import LlamaGrammar
@@ -350,7 +350,7 @@ class SqlAnswerer:
             record(decision={"asked": "no: not a question about counts or sums of the tables"})
             return {"documents": list(documents or []), "sql": None, "columns": [], "rows": [], "value": None, "ok": True, "error": None}
         kwargs = {**self._constraint(), "max_tokens": self.max_tokens, "temperature": 0.0}
-        reply = call_llm(self.generator, self.messages(query), lambda text: validate_select(extract_sql(text), schemas), kwargs, step="sql")
+        reply = call_llm(self.chat_generator, self.messages(query), lambda text: validate_select(extract_sql(text), schemas), kwargs, step="sql")
         if not reply.ok:
             return self._failure(reply.error or "llm_error", extract_sql(reply.text) if reply.text else None, documents)
         sql, table = reply.value

@@ -24,7 +24,7 @@ drives tools on its own.
 
 Usage::
 
-    llm = TextToolCallGenerator(generator=build_chat_generator(ModelConfig()), step_name="agent_llm")
+    llm = TextToolCallGenerator(chat_generator=build_chat_generator(ModelConfig()), step_name="agent_llm")
     agent = Agent(chat_generator=llm, tools=[search_tool(index)], max_agent_steps=4)
 """
 
@@ -145,25 +145,25 @@ def qwen_history(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 @component
 class TextToolCallGenerator:
-    def __init__(self, generator: Any, max_calls_per_reply: int = 2, step_name: Optional[str] = None, rewrite_history: Optional[bool] = None):
-        """``generator``: any Haystack chat generator. ``max_calls_per_reply``: tool calls kept from one
+    def __init__(self, chat_generator: Any, max_calls_per_reply: int = 2, step_name: Optional[str] = None, rewrite_history: Optional[bool] = None):
+        """``chat_generator``: any Haystack chat generator. ``max_calls_per_reply``: tool calls kept from one
         reply (bounds the tool work per agent step). ``step_name``: if set, every call is its own traced
-        step of that name (an Agent calls its generator outside any Pipeline, so no component span
+        step of that name (an Agent calls its chat generator outside any Pipeline, so no component span
         exists to record on); None records onto the current step. ``rewrite_history``: send tool turns
         as Qwen's template renders them (:func:`qwen_history`); None: for llama.cpp generators only."""
-        if generator is None:
+        if chat_generator is None:
             raise ValueError("TextToolCallGenerator needs a chat generator")
         if max_calls_per_reply < 1:
             raise ValueError("max_calls_per_reply must be >= 1")
-        self.generator, self.max_calls_per_reply, self.step_name, self.rewrite_history = generator, max_calls_per_reply, step_name, rewrite_history
+        self.chat_generator, self.max_calls_per_reply, self.step_name, self.rewrite_history = chat_generator, max_calls_per_reply, step_name, rewrite_history
 
     def warm_up(self) -> None:
-        if hasattr(self.generator, "warm_up"):
-            self.generator.warm_up()
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, generator=generator_to_dict(self.generator), max_calls_per_reply=self.max_calls_per_reply,
+            self, chat_generator=generator_to_dict(self.chat_generator), max_calls_per_reply=self.max_calls_per_reply,
             step_name=self.step_name, rewrite_history=self.rewrite_history,
         )
 
@@ -175,7 +175,7 @@ class TextToolCallGenerator:
     def run(self, messages: list[ChatMessage], generation_kwargs: Optional[dict[str, Any]] = None, *, tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
         if self.step_name is None:
             return self._run(messages, generation_kwargs, tools, streaming_callback)
-        tags = {"haystack.component.name": self.step_name, "haystack.component.type": type(self.generator).__name__}
+        tags = {"haystack.component.name": self.step_name, "haystack.component.type": type(self.chat_generator).__name__}
         with tracing.tracer.trace("haystack.component.run", tags=tags) as span:
             try:
                 return self._run(messages, generation_kwargs, tools, streaming_callback)
@@ -186,7 +186,7 @@ class TextToolCallGenerator:
     def _run(self, messages, generation_kwargs, tools, streaming_callback) -> dict[str, Any]:
         check_deadline()
         names = {t.name for t in flatten_tools_or_toolsets(tools)} if tools else set()
-        rewrite = self.rewrite_history if self.rewrite_history is not None else backend_of(self.generator) == "llama.cpp"
+        rewrite = self.rewrite_history if self.rewrite_history is not None else backend_of(self.chat_generator) == "llama.cpp"
         kwargs: dict[str, Any] = {"messages": qwen_history(messages) if rewrite else messages}
         if generation_kwargs:
             kwargs["generation_kwargs"] = generation_kwargs
@@ -196,7 +196,7 @@ class TextToolCallGenerator:
             kwargs["streaming_callback"] = streaming_callback
         t0 = time.perf_counter()
         try:
-            replies = self.generator.run(**kwargs)["replies"]
+            replies = self.chat_generator.run(**kwargs)["replies"]
         finally:
             record(llm_calls=1)
         usage = ((replies[0].meta or {}).get("usage") or {}) if replies else {}

@@ -1,31 +1,10 @@
 """The on-disk index: one chunk table shared by a FAISS dense index and a bm25s sparse index.
 
-Layout of one index version (format version :data:`INDEX_FORMAT_VERSION`)::
-
-    manifest.json    format, versions, embedder, dimension, root, sources, collections (name ->
-                     description), sha256 of every file below
-    chunks.jsonl     one chunk per line: id, content, meta (with its "collection"), FAISS integer id
-    parents.jsonl    parent blocks of hierarchical chunking (may be empty)
-    dense.faiss      FAISS native IndexIDMap2 over L2-normalised vectors (cosine): exact IndexFlatIP, or
-                     IndexHNSWFlat once an "auto" index passes HNSW_THRESHOLD chunks
-    sparse/          bm25s arrays (np.save, allow_pickle=False) + row → chunk id list
-
-An index directory holds such versions under ``versions/`` and a ``CURRENT`` pointer
-(:mod:`ragkit.index.versions`); a directory written before that layout, with these files directly
-in it, still loads and is converted by its next save.
-
 Why faiss-cpu directly instead of faiss-haystack's ``FAISSDocumentStore``: that store keeps every
 chunk's embedding twice — in FAISS and as a Python ``list[float]`` on the Document — persists the
 embeddings as JSON text, and has no sparse side. Measured at 20k chunks (bench/faiss_store_memory.py):
 394 MB resident and 207 MB on disk against 168 MB and 46 MB here (bm25s index included), and 22 s
 against 3 s to build and save. Here vectors live only in FAISS and both retrievers share one table.
-
-Saving writes a new version and swaps one pointer file, under an inter-process lock
-(:func:`index_write_lock`, the ``filelock`` package), so concurrent writers queue instead of
-overwriting each other, and a crash or a concurrent reader sees the old or the new index. Loading
-verifies the manifest's format version, embedder and checksums before FAISS reads a byte: a
-corrupted or foreign index is refused with :class:`IndexError_` subclasses and a message that says
-what to do, never half-loaded.
 
 Collections: every chunk carries ``meta["collection"]`` (a slug, ``"default"`` unless the indexer
 was given one) and :attr:`RagIndex.collections` maps each collection to its description. An index
@@ -34,15 +13,15 @@ an optional metadata filter (:mod:`ragkit.index.filters`); the chunks it admits 
 per-field postings, and FAISS (an ``IDSelectorBatch``) and bm25s (a ``weight_mask``) search only
 those, so a filtered search returns the true top-k of the matching chunks, not a post-filtered
 remainder of the unfiltered top-k.
+
+Saving and loading (the version layout, checksums and the write lock) are in
+:mod:`ragkit.index.store_files`, and the metadata postings behind filtered searches in
+:mod:`ragkit.index.store_filters`; ``RagIndex`` inherits both, so its API is all here.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import shutil
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
@@ -50,8 +29,7 @@ import faiss
 import numpy as np
 from haystack import Document
 
-from ragkit.index import versions
-from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, check_collection_name, filter_key, is_haystack_filter, normalize_filters
+from ragkit.index.filters import DEFAULT_COLLECTION, check_collection_name
 from ragkit.index.versions import (  # noqa: F401  (the index's error types and lock are part of this module's API)
     DEFAULT_LOCK_TIMEOUT_S,
     EmbedderMismatchError,
@@ -62,11 +40,12 @@ from ragkit.index.versions import (  # noqa: F401  (the index's error types and 
     IndexVersionError,
     index_write_lock,
 )
-from ragkit.index.records import doc_record, read_jsonl, sha256, unstorable, write_jsonl
+from ragkit.index.records import unstorable
 from ragkit.index.sparse import BM25sIndex
+from ragkit.index.store_files import IndexFilesMixin, SourceInfo
+from ragkit.index.store_filters import MetadataFiltersMixin, _Matching
 
 DEFAULT_INDEX_DIR = ".ragkit/index"  # where the CLI, the notebooks and AgenticRAG look unless told otherwise
-INDEX_FORMAT_VERSION = 1
 # Exact search scans every vector: ~0.15 ms per 1k chunks of 384-d on one core, memory-bound.
 # Past this size an "auto" index switches to HNSW. bench/hnsw_recall.py at 101k chunks: exact
 # 14.8 ms; HNSW recall@10 vs exact 0.82 / 0.92 / 0.95 at efSearch 96 / 256 / 512, in 0.2 / 0.35 / 0.6 ms.
@@ -74,32 +53,9 @@ HNSW_THRESHOLD = 50_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 512
-_FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
-# A reader whose version folder is removed under it (a save finished meanwhile) re-reads CURRENT;
-# each retry needs another complete save to land inside one load, so a few are plenty.
-_LOAD_ATTEMPTS = 6
-_FILTER_CACHE_SIZE = 128  # distinct filters whose matching chunks are kept until the index changes
 
 
-@dataclass
-class SourceInfo:
-    sha256: str
-    chunks: int
-    indexed_at: float = field(default_factory=time.time)
-    collection: str = DEFAULT_COLLECTION  # every chunk of a source is in one collection
-
-
-@dataclass
-class _Matching:
-    """The chunks one filter admits, in the forms each search needs (built once per filter)."""
-
-    ids: frozenset[str]
-    fids: np.ndarray  # FAISS ids, int64
-    selector: object = None  # faiss.IDSelectorBatch over fids, built on the first dense search
-    sparse_mask: np.ndarray | None = None  # 1.0 on the bm25s rows of ids, built on the first sparse search
-
-
-class RagIndex:
+class RagIndex(IndexFilesMixin, MetadataFiltersMixin):
     """Chunks with embeddings in, dense and sparse top-k out; persists to a directory.
 
     Usage::
@@ -278,68 +234,6 @@ class RagIndex:
             del self.collections[name]
         return gone
 
-    # -- metadata and filters ----------------------------------------------------------------
-    def collection_counts(self) -> dict[str, int]:
-        """Chunks per collection, for the collections that hold any."""
-        return self.meta_values("collection")
-
-    def meta_values(self, field_name: str) -> dict:
-        """Each value the chunks hold in ``meta[field_name]`` -> how many chunks hold it."""
-        return {value: len(ids) for value, ids in self._posting(field_name).items()}
-
-    def _posting(self, field_name: str) -> dict:
-        posting = self._postings.get(field_name)
-        if posting is None:
-            posting = {}
-            for cid, doc in self.chunks.items():
-                value = doc.meta.get(field_name)
-                if value is not None and isinstance(value, (str, int, float, bool)):
-                    posting.setdefault(value, []).append(cid)
-            self._postings[field_name] = posting
-        return posting
-
-    def filter_ids(self, filters: dict | None) -> frozenset[str] | None:
-        """The ids of the chunks ``filters`` admits (None: no filter, every chunk). A field no chunk
-        carries admits nothing; a malformed filter raises :class:`~ragkit.index.filters.FilterError`."""
-        found = self._match(filters)
-        return found.ids if found is not None else None
-
-    def check_filter_fields(self, filters: dict | None) -> None:
-        """FilterError if a simple-form filter names a field no chunk of the index carries (a typo
-        would otherwise silently match nothing)."""
-        normalized = normalize_filters(filters)
-        if not normalized or is_haystack_filter(normalized) or not self.chunks:
-            return
-        for key in normalized:
-            if not self._posting(key):
-                fields = sorted({k for doc in itertools.islice(self.chunks.values(), 2000) for k in doc.meta if not k.startswith("_")})
-                raise FilterError(f"no chunk of this index has a metadata field {key!r}; fields it has: {', '.join(fields)}")
-
-    def _match(self, filters: dict | None) -> _Matching | None:
-        normalized = normalize_filters(filters)
-        if not normalized:
-            return None
-        key = filter_key(normalized)
-        found = self._matching.get(key)
-        if found is not None:
-            return found
-        if is_haystack_filter(normalized):
-            from haystack.utils.filters import document_matches_filter
-
-            ids = frozenset(cid for cid, doc in self.chunks.items() if document_matches_filter(normalized, doc))
-        else:
-            ids = None
-            for field_name, values in normalized.items():
-                posting = self._posting(field_name)
-                admitted = set().union(*(posting.get(v, ()) for v in values))
-                ids = admitted if ids is None else ids & admitted
-            ids = frozenset(ids or ())
-        fids = np.fromiter((self._faiss_id[cid] for cid in ids), dtype="int64", count=len(ids))
-        if len(self._matching) >= _FILTER_CACHE_SIZE:
-            self._matching.clear()
-        found = self._matching[key] = _Matching(ids=ids, fids=fids)
-        return found
-
     # -- reading -----------------------------------------------------------------------------
     def dense_search(self, query_embedding, top_k: int, filters: dict | None = None) -> list[Document]:
         """The ``top_k`` chunks nearest the query (cosine), among those ``filters`` admits."""
@@ -422,174 +316,6 @@ class RagIndex:
             if doc is not None:
                 out.append(doc)
         return out
-
-    # -- persistence -------------------------------------------------------------------------
-    def save(self, path: str | Path, lock_timeout: float | None = None) -> None:
-        """Write the index to the folder ``path`` as a new version and swap it in: a crash at any
-        point, or a reader at any moment, sees the previous index or this one, whole."""
-        path = Path(path)
-        self._refresh_sparse()
-        with index_write_lock(path, lock_timeout):
-            folder = versions.new_version_dir(path)
-            versions.fault_point("version folder created")
-            try:
-                self._write_version(folder)
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-            try:
-                versions.publish(path, folder)
-            except BaseException:
-                if versions.read_current(path) != folder:  # not live: unpublish it, manifest first
-                    (folder / versions.MANIFEST).unlink(missing_ok=True)
-                    shutil.rmtree(folder, ignore_errors=True)
-                raise
-            self.path = path
-            versions.prune(path, keep=folder)
-
-    def _write_version(self, tmp: Path) -> None:
-        write_jsonl(tmp / "chunks.jsonl", ({**doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
-        versions.fault_point("chunks.jsonl written")
-        write_jsonl(tmp / "parents.jsonl", (doc_record(d) for d in self.parents.values()))
-        versions.fault_point("parents.jsonl written")
-        faiss.write_index(self._dense, str(tmp / "dense.faiss"))
-        versions.fault_point("dense.faiss written")
-        self._sparse.save(tmp / "sparse")
-        versions.fault_point("sparse written")
-        files = {rel: sha256(tmp / rel) for rel in _FILES}
-        for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
-            files[f"sparse/bm25s/{extra.name}"] = sha256(extra)
-        versions.fsync_tree(tmp)
-        versions.fault_point("files fsynced")
-        from ragkit import __version__
-
-        manifest = {
-            "format": "ragkit-index",
-            "format_version": INDEX_FORMAT_VERSION,
-            "ragkit_version": __version__,
-            "embedder": self.embedder,
-            "dim": self.dim,
-            "sparse_language": self._sparse.language,
-            "dense_index": self.dense_index,
-            "chunks": len(self.chunks),
-            "next_faiss_id": self._next_faiss_id,
-            "root": self.root,
-            "sources": {s: vars(info) for s, info in self.sources.items()},
-            "collections": {name: self.collections.get(name, "") for name in sorted(self.collection_counts())},
-            "files": files,
-        }
-        # last, and atomically: a version folder without its manifest is incomplete and never read
-        versions.write_file_durably(tmp / versions.MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"), "manifest.json")
-
-    @classmethod
-    def exists(cls, path: str | Path) -> bool:
-        """True for an index folder in either layout (versioned, or flat from before)."""
-        path = Path(path)
-        return (path / versions.CURRENT).is_file() or versions.live_dir(path) is not None
-
-    @classmethod
-    def live_dir(cls, path: str | Path) -> Path | None:
-        """The folder holding the files of the index ``path`` serves now (None: no index)."""
-        return versions.live_dir(path)
-
-    @classmethod
-    def load(cls, path: str | Path, expected_embedder: str | None = None) -> "RagIndex":
-        path = Path(path)
-        failure: Exception | None = None
-        for attempt in range(_LOAD_ATTEMPTS):
-            folder = versions.live_dir(path)
-            if folder is None:
-                raise IndexNotFoundError(f"No ragkit index at {path} (no CURRENT or manifest.json). Build one with: ragkit index <folder>")
-            try:
-                index = cls._load_folder(folder, path, expected_embedder)
-            except (IndexVersionError, EmbedderMismatchError):
-                raise  # a property of the index itself, whichever version is read
-            except Exception as exc:
-                if versions.live_dir(path) == folder:
-                    raise  # the live version itself is bad, not one a save replaced while we read it
-                failure = exc
-                time.sleep(0.01 * (attempt + 1))
-                continue
-            index.path = path
-            return index
-        raise IndexCorruptedError(
-            f"Index at {path} kept changing while it was read ({_LOAD_ATTEMPTS} saves in a row landed during one load); "
-            f"try again. Last error: {failure}"
-        )
-
-    @classmethod
-    def _load_folder(cls, folder: Path, path: Path, expected_embedder: str | None) -> "RagIndex":
-        manifest_path = folder / "manifest.json"
-        if not manifest_path.is_file():
-            raise IndexCorruptedError(f"Index at {path}: version {folder.name} has no manifest.json; rebuild the index with: ragkit index <folder> --rebuild")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise IndexCorruptedError(f"{manifest_path} is not valid JSON ({exc}); rebuild the index with: ragkit index <folder> --rebuild") from exc
-        if not isinstance(manifest, dict) or manifest.get("format") != "ragkit-index":
-            raise IndexCorruptedError(f"{path} does not hold a ragkit index manifest")
-        if manifest.get("format_version") != INDEX_FORMAT_VERSION:
-            raise IndexVersionError(
-                f"Index at {path} has format version {manifest.get('format_version')} (written by ragkit "
-                f"{manifest.get('ragkit_version')}); this ragkit reads version {INDEX_FORMAT_VERSION}. "
-                "Rebuild it with: ragkit index <folder> --rebuild"
-            )
-        if expected_embedder is not None and manifest.get("embedder") != expected_embedder:
-            raise EmbedderMismatchError(
-                f"Index at {path} was built with embedder {manifest.get('embedder')!r} but {expected_embedder!r} "
-                "is configured; query vectors would not be comparable. Rebuild the index or change the embedder."
-            )
-        for rel, digest in manifest.get("files", {}).items():
-            file = folder / rel
-            if not file.is_file() or sha256(file) != digest:
-                raise IndexCorruptedError(
-                    f"Index file {file} is missing or corrupted (checksum mismatch); rebuild the index with: "
-                    "ragkit index <folder> --rebuild"
-                )
-        index = cls(
-            embedder=manifest["embedder"], dim=manifest["dim"], sparse_language=manifest.get("sparse_language", "english"),
-            dense_index=manifest.get("dense_index", "auto"),
-        )
-        checked: set[str] = set()
-        for record in read_jsonl(folder / "chunks.jsonl"):
-            fid = int(record.pop("faiss_id"))
-            doc = Document(**_record_collection(record, checked, path))  # a chunk from before collections is in "default"
-            index.chunks[doc.id] = doc
-            index._faiss_id[doc.id] = fid
-            index._chunk_at[fid] = doc.id
-        for record in read_jsonl(folder / "parents.jsonl"):
-            doc = Document(**_record_collection(record, checked, path))
-            index.parents[doc.id] = doc
-        index._dense = faiss.read_index(str(folder / "dense.faiss"))
-        if index._dense.ntotal != len(index.chunks) or index._dense.d != index.dim:
-            raise IndexCorruptedError(f"Index at {path}: FAISS holds {index._dense.ntotal} vectors for {len(index.chunks)} chunks")
-        index._sparse = BM25sIndex.load(folder / "sparse")
-        if len(index._sparse) != len(index.chunks):
-            raise IndexCorruptedError(f"Index at {path}: sparse index rows do not match the chunk table")
-        index._next_faiss_id = int(manifest.get("next_faiss_id", len(index.chunks)))
-        index.root = manifest.get("root")
-        index.sources = {s: SourceInfo(**info) for s, info in manifest.get("sources", {}).items()}
-        collections = manifest.get("collections", {})
-        if not isinstance(collections, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in collections.items()):
-            raise IndexCorruptedError(f"Index at {path}: the manifest's collections are not a mapping of names to descriptions")
-        index.collections = {name: collections.get(name, "") for name in sorted(index.collection_counts())}
-        return index
-
-
-def _record_collection(record: dict, checked: set[str], path: Path) -> dict:
-    """A chunk record read from disk, its meta given ``"collection": "default"`` if it has none."""
-    if record.get("meta") is None:
-        record["meta"] = {}
-    meta = record["meta"]
-    if not isinstance(meta, dict):
-        raise IndexCorruptedError(f"Index at {path}: chunk {record.get('id')!r} has no metadata mapping; rebuild the index with: ragkit index <folder> --rebuild")
-    name = meta.setdefault("collection", DEFAULT_COLLECTION)
-    if name not in checked:
-        try:
-            checked.add(check_collection_name(name))
-        except ValueError as exc:
-            raise IndexCorruptedError(f"Index at {path}: chunk {record.get('id')!r}: {exc}") from None
-    return record
 
 
 def _with_collection(doc: Document) -> Document:

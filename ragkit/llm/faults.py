@@ -47,14 +47,19 @@ class EmptyReply(RuntimeError):
     """The backend answered, but with no reply message at all."""
 
 
+def is_llama_cpp(generator: Any) -> bool:
+    """A llama-cpp-haystack chat generator, or a subclass (ragkit's own resolves the model by name)."""
+    return any(c.__name__ == "LlamaCppChatGenerator" for c in type(generator).__mro__)
+
+
 # -- naming failures --------------------------------------------------------------------------
 def describe_endpoint(generator: Any) -> str:
     """Where a generator's calls go: the server URL, the local model file, or the class name."""
     url = getattr(generator, "api_base_url", None)
     if url:
         return str(url)
-    model = getattr(generator, "model_path", None) or getattr(generator, "model", None)
-    if type(generator).__name__ == "LlamaCppChatGenerator" and model:
+    model = getattr(generator, "model_name", None) or getattr(generator, "model_path", None) or getattr(generator, "model", None)
+    if is_llama_cpp(generator) and model:
         return f"local llama.cpp model {model}"
     return type(generator).__name__
 
@@ -142,7 +147,7 @@ def deadline_kwargs(generator: Any, generation_kwargs: dict[str, Any], free_text
         configured = getattr(generator, "timeout", None) or left
         kwargs["timeout"] = max(min(configured, left / (retries + 1)), 0.1)
         return kwargs, None
-    if kind == "LlamaCppChatGenerator" and free_text and getattr(generator, "_model", None) is not None:
+    if is_llama_cpp(generator) and free_text and getattr(generator, "_model", None) is not None:
         from llama_cpp import LogitsProcessorList
 
         llm = generator._model

@@ -4,6 +4,16 @@ Local GGUF models run in-process through llama-cpp-haystack's ``LlamaCppChatGene
 serving the OpenAI chat API (Ollama, vLLM, llama.cpp server, OpenAI) goes through Haystack's
 ``OpenAIChatGenerator(api_base_url=...)``. The only network calls ragkit can make are to that
 configured endpoint.
+
+The local generator and the text embedder are :mod:`ragkit.llm.portable`'s: they keep the model's
+name, so an exported pipeline loads on another machine. Building a generator checks that its model
+is installed (a :class:`~ragkit.llm.models.MissingModelError` naming the ``pip install`` line), but
+loads nothing: that is ``warm_up``'s.
+
+Usage::
+
+    llm = build_chat_generator(RagConfig().models)     # the embedded model, named, not yet loaded
+    llm.to_dict()["init_parameters"]["model"]          # "qwen2.5-coder-1.5b", resolved again wherever it loads
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from typing import Any
 from haystack.utils import Secret
 
 from ragkit.config import ModelConfig
-from ragkit.llm.models import resolve_embedder, resolve_gguf
+from ragkit.llm.models import check_gguf, hub_offline, resolve_embedder
 
 
 def build_chat_generator(models: ModelConfig, streaming_callback=None):
@@ -35,32 +45,22 @@ def build_chat_generator(models: ModelConfig, streaming_callback=None):
             streaming_callback=streaming_callback,
         )
 
-    from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
+    from ragkit.llm.portable import PortableLlamaCppChatGenerator
 
-    path = resolve_gguf(models.llm)
-    return LlamaCppChatGenerator(
-        model=str(path),
-        n_ctx=models.n_ctx,
-        n_batch=512,
-        # flash attention: +19% prompt tokens/s for the 0.5B on 2 cores (184 -> 219), same outputs
-        model_kwargs={"n_threads": models.n_threads or os.cpu_count() or 2, "verbose": False, "seed": models.seed, "flash_attn": True},
-        generation_kwargs={**generation_kwargs, "seed": models.seed},
-        streaming_callback=streaming_callback,
+    check_gguf(models.llm)
+    return PortableLlamaCppChatGenerator(
+        model=models.llm, n_ctx=models.n_ctx, n_threads=models.n_threads, seed=models.seed,
+        generation_kwargs=generation_kwargs, streaming_callback=streaming_callback,
     )
 
 
-def _embedder_kwargs(models: ModelConfig) -> dict:
-    return {
-        "model": resolve_embedder(models.embedder),
-        "normalize_embeddings": True,
-        "local_files_only": os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False"),
-    }
-
-
 def build_document_embedder(models: ModelConfig, progress_bar: bool = True, batch_size: int = 32):
+    """The indexer's embedder (never serialized: an index records its embedder's name in its manifest)."""
     from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder
 
-    return SentenceTransformersDocumentEmbedder(**_embedder_kwargs(models), progress_bar=progress_bar, batch_size=batch_size)
+    return SentenceTransformersDocumentEmbedder(
+        model=resolve_embedder(models.embedder), normalize_embeddings=True, local_files_only=hub_offline(), progress_bar=progress_bar, batch_size=batch_size,
+    )
 
 
 _SHARED_TEXT_EMBEDDERS: dict[str, object] = {}
@@ -85,6 +85,6 @@ def shared_text_embedder(embedder: str = "all-MiniLM-L6-v2"):
 
 
 def build_text_embedder(models: ModelConfig):
-    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+    from ragkit.llm.portable import PortableTextEmbedder
 
-    return SentenceTransformersTextEmbedder(**_embedder_kwargs(models), progress_bar=False)
+    return PortableTextEmbedder(model=models.embedder)

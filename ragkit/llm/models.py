@@ -28,6 +28,8 @@ __all__ = [
     "EmbeddedGGUF",
     "MissingModelError",
     "cache_dir",
+    "check_gguf",
+    "hub_offline",
     "resolve_embedder",
     "resolve_gguf",
 ]
@@ -130,6 +132,22 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def hub_offline() -> bool:
+    """Whether sentence-transformers may only read local files (``HF_HUB_OFFLINE``, which ragkit sets)."""
+    return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+
+
+def check_gguf(model: str) -> None:
+    """Raise :class:`MissingModelError` (with the install line) if ``model`` cannot be loaded here,
+    without assembling or reading it: milliseconds, so a config error shows when a pipeline is built."""
+    if model not in EMBEDDED_LLMS:
+        resolve_gguf(model)  # a path: only checks that the file exists
+        return
+    spec = EMBEDDED_LLMS[model]
+    if any(_package_dir(spec.package(i)) is None for i in range(1, spec.parts + 1)):
+        _assemble(spec)  # raises with the exact pip line, unless an assembled copy is already cached
 
 
 def resolve_gguf(model: str) -> Path:

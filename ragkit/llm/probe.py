@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.faults import is_llama_cpp
+
 
 class LlamaProbe:
     def __init__(self, generator: Any):
@@ -35,7 +37,7 @@ class LlamaProbe:
 
     @staticmethod
     def supports(generator: Any) -> bool:
-        return type(generator).__name__ == "LlamaCppChatGenerator"
+        return is_llama_cpp(generator)
 
     @property
     def llm(self):

@@ -30,6 +30,15 @@ SHARED_SYSTEM = (
 )
 
 
+def reply_text(replies: list[ChatMessage] | list[str] | None) -> str:
+    """The text of a generator's first reply (Haystack's ``replies`` socket holds a list of chat
+    messages, or of strings for text generators); "" when there is none."""
+    if not replies:
+        return ""
+    first = replies[0]
+    return (first.text or "") if isinstance(first, ChatMessage) else str(first)
+
+
 def fence(value: object, attribute: bool = False) -> str:
     """Document-derived text made safe inside a ``<source …>`` fence (the one escaping rule)."""
     text = "" if value is None else str(value)
@@ -82,6 +91,11 @@ def grounded_answer_task(question: str) -> str:
         "Task: copy from the sources the shortest exact phrase that answers the question (a few words, as written there).\n"
         f"Question: {question}"
     )
+
+
+def sufficiency_task(question: str) -> str:
+    """Multi-hop's and the fallback's LLM check, read as P(yes) from one forward pass."""
+    return f"Question: {question}\nDo these sources state the answer to the question? Reply yes or no."
 
 
 def strict_answer_task(question: str) -> str:
@@ -146,14 +160,14 @@ def answer_prompt_builder(task: str | None = None):
     prompt cache serves whichever comes next. The tasks come from the functions above with the
     question left as a Jinja variable, so there is one wording. ``task``: a custom free-answer task with a
     ``{question}`` placeholder (``Features.step_prompts["answer"]``); the sources prefix stays the same."""
-    free_task = task.replace("{question}", "{{ question }}") if task else answer_task("{{ question }}")
+    free_task = task.replace("{question}", "{{ query }}") if task else answer_task("{{ query }}")
     user = (
-        "{% if mode == 'grounded' and evidence %}" + EVIDENCE_TEMPLATE + "\n\n" + grounded_answer_task("{{ question }}")
-        + "{% else %}" + SOURCES_TEMPLATE + "\n\n{% if mode == 'grounded' %}" + grounded_answer_task("{{ question }}")
-        + "{% elif attempt %}" + strict_answer_task("{{ question }}") + "{% else %}" + free_task + "{% endif %}{% endif %}"
+        "{% if mode == 'grounded' and evidence %}" + EVIDENCE_TEMPLATE + "\n\n" + grounded_answer_task("{{ query }}")
+        + "{% else %}" + SOURCES_TEMPLATE + "\n\n{% if mode == 'grounded' %}" + grounded_answer_task("{{ query }}")
+        + "{% elif attempt %}" + strict_answer_task("{{ query }}") + "{% else %}" + free_task + "{% endif %}{% endif %}"
     )
     return SourcesPromptBuilder(
         template=[ChatMessage.from_system(SHARED_SYSTEM), ChatMessage.from_user(user)],
         # `attempt` arrives only from the correction loop, `mode` and `evidence` only when set
-        required_variables=["documents", "question"],
+        required_variables=["documents", "query"],
     )

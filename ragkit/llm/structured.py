@@ -10,6 +10,7 @@ with ``ok=False`` and a reason, recorded on the trace as a fallback for the call
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -20,7 +21,7 @@ import numpy as np
 from haystack.dataclasses import ChatMessage
 
 from ragkit.llm.faults import (
-    DeadlineExceeded, EmptyReply, check_deadline, deadline_kwargs, deadline_seconds, describe_endpoint, describe_failure, fit_to_context,
+    DeadlineExceeded, EmptyReply, check_deadline, is_llama_cpp, deadline_kwargs, deadline_seconds, describe_endpoint, describe_failure, fit_to_context,
     max_tokens_of, reply_char_bound,
 )
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
@@ -40,34 +41,29 @@ class LLMReply:
 
 
 def generator_to_dict(generator: Any) -> dict[str, Any] | None:
-    """Serialize a component's optional chat generator for its ``to_dict``."""
-    return generator.to_dict() if generator is not None else None
-
-
-_LOADED_GENERATORS: dict[str, Any] = {}
+    """Serialize a component's optional ``chat_generator`` for its ``to_dict``: a fresh copy each time, so
+    a pipeline whose steps share one generator dumps plain YAML (no ``&id001`` anchors)."""
+    return copy.deepcopy(generator.to_dict()) if generator is not None else None
 
 
 def generator_from_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """Deserialize ``init_parameters["generator"]`` in place (if present) and return ``data``.
+    """Deserialize ``init_parameters["chat_generator"]`` in place (if present) and return ``data``.
 
-    Identical generator dicts give one shared instance per process: a pipeline loaded from YAML,
-    whose grader, answer and judge each serialized the same LLM, loads the model once and keeps
-    one llama.cpp prompt cache for all of them, as the engine that exported it did."""
+    Each component gets its own instance, as with any Haystack component; to load a pipeline whose
+    steps share one model (one llama.cpp prompt cache), load it with
+    :func:`ragkit.pipeline.export.load_exported` or pass :func:`ragkit.pipeline.export.shared_generators`
+    as ``Pipeline.loads(..., callbacks=...)``."""
     from haystack.utils import deserialize_chatgenerator_inplace
 
     params = data.get("init_parameters", {})
-    if params.get("generator") and isinstance(params["generator"], dict):
-        key = json.dumps(params["generator"], sort_keys=True, default=str)
-        if key not in _LOADED_GENERATORS:
-            deserialize_chatgenerator_inplace(params, key="generator")
-            _LOADED_GENERATORS[key] = params["generator"]
-        params["generator"] = _LOADED_GENERATORS[key]
+    if params.get("chat_generator") and isinstance(params["chat_generator"], dict):
+        deserialize_chatgenerator_inplace(params, key="chat_generator")
     return data
 
 
 def backend_of(generator: Any) -> str:
     name = type(generator).__name__
-    if name == "LlamaCppChatGenerator":
+    if is_llama_cpp(generator):
         return "llama.cpp"
     if "OpenAI" in name:
         return "openai"

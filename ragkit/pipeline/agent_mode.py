@@ -70,7 +70,7 @@ from ragkit.llm.generators import build_chat_generator
 from ragkit.llm.prompts import NO_ANSWER, fence
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.result import AgenticResult
-from ragkit.pipeline.trace import RagkitTracer, Step, Trace, failed_steps, first_failure
+from ragkit.pipeline.trace import RagkitTracer, Step, Trace, active_trace, collecting_tracer, failed_steps, first_failure
 
 __all__ = ["AgentRAG", "search_tool", "sql_tool", "AGENT_SYSTEM", "EXIT_REASONS"]
 
@@ -116,8 +116,8 @@ class _ToolStep:
         self._context: Any = None
 
     def __enter__(self) -> "_ToolStep":
-        tracer = tracing.tracer.actual_tracer
-        if self.run is not None and isinstance(tracer, RagkitTracer):
+        tracer = collecting_tracer()
+        if self.run is not None and tracer is not None:
             self._context = tracer.trace("haystack.component.run", tags={"haystack.component.name": self.name, "haystack.component.type": self.component})
             self.span = self._context.__enter__()
         return self
@@ -127,8 +127,7 @@ class _ToolStep:
             return
         if exc is not None:
             self.span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
-        tracer = tracing.tracer.actual_tracer
-        collected_here = getattr(getattr(tracer, "_local", None), "trace", None) is not None  # called on the asking thread
+        collected_here = active_trace() is not None  # called on the asking thread
         step: Step = self.span.to_step()
         self._context.__exit__(None, None, None)
         if not collected_here:
@@ -225,7 +224,7 @@ class AgentRAG:
         features: Features | None = None,
         index_dir: str | Path = ".ragkit/index",
         config: RagConfig | None = None,
-        generator: Any = None,
+        chat_generator: Any = None,
         index: RagIndex | None = None,
         max_agent_steps: int = 4,
         tools: Sequence[str] = ("search",),
@@ -247,16 +246,16 @@ class AgentRAG:
         self.config = config or RagConfig()
         self.tool_names = tuple(tools)
         self.max_agent_steps, self.max_calls_per_reply = max_agent_steps, max_calls_per_reply
-        self.generator = generator if generator is not None else build_chat_generator(self.config.models)
+        self.chat_generator = chat_generator if chat_generator is not None else build_chat_generator(self.config.models)
         built: list[Tool] = []
         if "search" in tools:
             self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
             built.append(search_tool(self.index, top_k=top_k, mode=mode, max_chars=max_chars))
         if "sql" in tools:
-            self.sql_answerer = sql_answerer or SqlAnswerer(generator=self.generator)
+            self.sql_answerer = sql_answerer or SqlAnswerer(chat_generator=self.chat_generator)
             built.append(sql_tool(self.sql_answerer))
         self.tools = built
-        self.llm = TextToolCallGenerator(self.generator, max_calls_per_reply=max_calls_per_reply, step_name="agent_llm")
+        self.llm = TextToolCallGenerator(self.chat_generator, max_calls_per_reply=max_calls_per_reply, step_name="agent_llm")
         self.agent = Agent(
             chat_generator=self.llm, tools=built, system_prompt=system_prompt, max_agent_steps=max_agent_steps,
             raise_on_tool_invocation_failure=False, tool_concurrency_limit=1,
@@ -363,7 +362,7 @@ class AgentRAG:
         if last is not None and last.meta.get("finish_reason") == "length":
             result.warnings.append("agent_llm: reply cut at max_tokens")
         if result.exit_reason == "answered" and not result.declined and result.sources:
-            from ragkit.llm.span_decoding import evidence_for
+            from ragkit.llm.source_spans import evidence_for
 
             result.evidence = evidence_for(result.answer, result.sources)
         return result

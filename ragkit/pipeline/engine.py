@@ -12,8 +12,16 @@ answers. Two things stay outside the graph, on purpose:
 
 A component that raises (rather than degrading as ragkit's components do) stops the graph; the
 result then says ``pipeline_error`` with confidence 0 instead of crashing the notebook or CLI.
-A Haystack breakpoint (``break_point=Breakpoint("answer")``) is the exception: it propagates,
-carrying the inputs of the step it stopped before (:meth:`AgenticRAG.pause_before`).
+
+:meth:`AgenticRAG.pause_before` stops a question just before a step and returns that step's inputs
+(the exact prompt, the documents). It stops through ragkit's tracer, when Haystack hands the step
+its inputs, rather than through a Haystack ``Breakpoint``: a breakpoint stops at the same place but
+gives the inputs only serialized inside its snapshot, and Haystack has no public function that
+turns them back into chat messages and documents. It also reaches steps inside the
+self-correction loop (``answer``, ``hallucination``), which an outer breakpoint cannot name.
+
+Without a ``config``, ``RagConfig()`` — the defaults with any ``RAGKIT_*`` environment variable in
+their place, as the CLI reads them.
 
 Usage::
 
@@ -31,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Pipeline, tracing
-from haystack.core.errors import BreakpointException
-from haystack.dataclasses.breakpoints import Breakpoint
 
 from ragkit.components.reranker import Reranker
 from ragkit.config import RagConfig
@@ -43,16 +49,19 @@ from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.custom_steps import replace_steps as replace_steps_in
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import OUTPUTS, build_pipeline, features_label, graph_inputs, support_threshold
+from ragkit.pipeline.drawing import TITLE_CHARS, features_label
+from ragkit.pipeline.export import dump_yaml
+from ragkit.pipeline.graph import build_pipeline, support_threshold
+from ragkit.pipeline.graph_io import caller_sockets, graph_inputs, outputs_of, walk_all
 from ragkit.pipeline.mermaid import mermaid_markdown, to_mermaid
 from ragkit.pipeline.result import AgenticResult, failed_result, result_from_outputs
-from ragkit.pipeline.trace import RagkitTracer
+from ragkit.pipeline.trace import RagkitTracer, StepReached
 
 __all__ = ["AgenticRAG", "AgenticResult", "Paused"]
 
 
 class Paused:
-    """A question stopped before a step: that step's inputs, as Haystack's breakpoint captured them."""
+    """A question stopped before a step: that step's inputs, as the pipeline assembled them."""
 
     def __init__(self, step: str, inputs: dict[str, Any], trace):
         self.step, self.inputs, self.trace = step, inputs, trace
@@ -68,17 +77,18 @@ class Paused:
 
 class AgenticRAG:
     def __init__(
-        self, features: Features | None = None, index_dir: str | Path = ".ragkit/index", config: RagConfig | None = None, generator=None,
+        self, features: Features | None = None, index_dir: str | Path = ".ragkit/index", config: RagConfig | None = None, chat_generator: Any = None,
         index: RagIndex | None = None, step_generators: dict[str, Any] | None = None, replace_steps: dict[str, Any] | None = None,
     ):
-        """``step_generators``: a generator per LLM step (else one per ``Features.step_models`` model, loaded
+        """``chat_generator``: the LLM every step uses (default: the one ``config.models`` names);
+        ``step_generators``: a generator per LLM step (else one per ``Features.step_models`` model, loaded
         once each); ``replace_steps``: a function or component per step name (:mod:`ragkit.pipeline.custom_steps`)."""
         self.features = (features or Features()).validate()
         self.config = config or RagConfig()
         self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
-        self.generator = generator if generator is not None else build_chat_generator(self.config.models)
+        self.chat_generator = chat_generator if chat_generator is not None else build_chat_generator(self.config.models)
         self.step_generators = dict(step_generators or {})
-        by_model: dict[str, Any] = {self.config.models.llm: self.generator}
+        by_model: dict[str, Any] = {self.config.models.llm: self.chat_generator}
         for step, model in self.features.step_models.items():
             if step not in self.step_generators:  # one generator (one loaded model, one prompt cache) per model name
                 if model not in by_model:
@@ -86,11 +96,11 @@ class AgenticRAG:
                 self.step_generators[step] = by_model[model]
         self.tracer = RagkitTracer()
         self.pipeline: Pipeline = build_pipeline(
-            self.features, self.generator, index=self.index, index_path=str(self.index.path) if self.index.path else None, config=self.config,
+            self.features, self.chat_generator, index=self.index, index_path=str(self.index.path) if self.index.path else None, config=self.config,
             step_generators=self.step_generators,
         )
         if replace_steps:
-            replace_steps_in(self.pipeline, replace_steps, caller_sockets=[s for sockets in self.pipeline.metadata["ragkit"]["inputs"].values() for s in sockets])
+            replace_steps_in(self.pipeline, replace_steps, caller_sockets=caller_sockets(self.pipeline))
         self._sentence_vectors_ready = False
 
     @property
@@ -106,19 +116,21 @@ class AgenticRAG:
         return step._retriever
 
     # -- seeing and taking away the graph ----------------------------------------------------------
-    def mermaid(self) -> str:
-        """The running graph as Mermaid text (JupyterLab renders it; nothing is sent anywhere)."""
-        return to_mermaid(self.pipeline, title=features_label(self.features))
+    def mermaid(self, detail: bool = False) -> str:
+        """The running graph as Mermaid text (JupyterLab renders it; nothing is sent anywhere); ``detail``
+        opens the self-correction loop and labels every arrow with its sockets."""
+        return to_mermaid(self.pipeline, title=features_label(self.features, TITLE_CHARS), detail=detail)
 
-    def show_graph(self):
+    def show_graph(self, detail: bool = False):
         """Display the running graph in a notebook (a ``mermaid`` block JupyterLab draws itself)."""
         from IPython.display import Markdown
 
-        return Markdown(mermaid_markdown(self.pipeline, title=features_label(self.features)))
+        return Markdown(mermaid_markdown(self.pipeline, title=features_label(self.features, TITLE_CHARS), detail=detail))
 
     def to_yaml(self) -> str:
-        """Haystack YAML of the graph (``Pipeline.loads(text, allowed_modules=["ragkit.*"])`` restores it)."""
-        return self.pipeline.dumps()
+        """Haystack YAML of the graph, portable to another machine (:func:`ragkit.pipeline.export.dump_yaml`;
+        :func:`ragkit.pipeline.export.load_exported` restores it)."""
+        return dump_yaml(self.pipeline)
 
     # -- one-time preparation ----------------------------------------------------------------------
     def prepare_sentence_vectors(self, progress: bool = False) -> dict[str, int]:
@@ -152,9 +164,8 @@ class AgenticRAG:
                 span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
 
     # -- the question ---------------------------------------------------------------------------
-    def _run(self, question: str, break_point: Breakpoint | None = None) -> dict[str, Any]:
-        outputs = OUTPUTS & set(self.pipeline.graph.nodes)
-        return self.pipeline.run(graph_inputs(self.pipeline, question), include_outputs_from=outputs, break_point=break_point)
+    def _run(self, question: str) -> dict[str, Any]:
+        return self.pipeline.run(graph_inputs(self.pipeline, question), include_outputs_from=outputs_of(self.pipeline))
 
     def ask(self, question: str) -> AgenticResult:
         question = check_query(question)
@@ -165,8 +176,6 @@ class AgenticRAG:
             try:
                 with question_deadline(self.config.deadline_s):
                     out = self._run(question)
-            except BreakpointException:
-                raise
             except Exception as exc:  # the graph broke: an explicit, traced failure, never a crash
                 result = failed_result(question, trace, exc)
             else:
@@ -175,26 +184,29 @@ class AgenticRAG:
         return result
 
     def pause_before(self, question: str, step: str, visit: int = 0) -> Paused:
-        """Run ``question`` until just before ``step`` (its ``visit``-th run) and return that step's inputs."""
-        if step not in self.pipeline.graph.nodes:
-            raise ValueError(f"no step {step!r} in this graph; its steps: {sorted(self.pipeline.graph.nodes)}")
+        """Run ``question`` until just before ``step`` (its ``visit``-th run, from 0) and return that step's
+        inputs; the step itself and everything after it do not run."""
+        steps = {name for name, _ in walk_all(self.pipeline)}
+        if step not in steps:
+            raise ValueError(f"no step {step!r} in this graph; its steps: {sorted(steps)}")
         question = check_query(question)
-        with self.tracer.collect() as trace:
+        self.pipeline.warm_up()
+        with self.tracer.collect(stop_before=(step, visit)) as trace:
             self._prepare_traced()
             try:
-                self._run(question, break_point=Breakpoint(component_name=step, visit_count=visit))
-            except BreakpointException as stop:
-                return Paused(step, _deserialize_inputs(stop, step), trace)
+                self._run(question)
+            except Exception as exc:
+                reached = _reached(exc)
+                if reached is None:
+                    raise
+                return Paused(step, reached.inputs, trace)
         raise RuntimeError(f"the question finished without reaching {step!r} (that branch did not run)")
 
 
-def _deserialize_inputs(stop: BreakpointException, step: str) -> dict[str, Any]:
-    """The stopped step's inputs from Haystack's snapshot (serialized there), as Python objects."""
-    from haystack.utils.base_serialization import _deserialize_value_with_schema
-
-    try:
-        data = _deserialize_value_with_schema(stop.inputs or {}).get(step, {})
-    except Exception:  # an unfamiliar schema: show what Haystack stored rather than nothing
-        return {"raw": stop.inputs}
-    # The snapshot keeps each socket as a list of {sender, value}; the value is what the step receives.
-    return {name: (v[-1]["value"] if isinstance(v, list) and v and isinstance(v[-1], dict) and "value" in v[-1] else v) for name, v in data.items()}
+def _reached(error: BaseException | None) -> StepReached | None:
+    """The stop inside ``error`` — raised by the step itself, or wrapped by a sub-pipeline's component."""
+    while error is not None:
+        if isinstance(error, StepReached):
+            return error
+        error = error.__cause__ or error.__context__
+    return None

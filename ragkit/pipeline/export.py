@@ -1,52 +1,97 @@
 """Take the engine away: a ``Features`` graph as Haystack YAML, loaded back and run without ragkit's engine.
 
-``export_yaml`` writes what ``Pipeline.dumps()`` writes for the graph :mod:`ragkit.pipeline.graph`
-builds — every component with its init parameters (the LLM as its GGUF path or endpoint, the index
-as its folder), every connection, and ``metadata.ragkit`` naming the inputs the caller fills.
-``load_exported`` restores it with Haystack's allowlist limited to ragkit's modules (Haystack's own
-are always allowed); ``run_exported`` asks it one question and reads the answer and sources the way
-the engine does.
+``export_yaml`` writes the graph :mod:`ragkit.pipeline.graph` builds — every component with its init
+parameters, every connection, and ``metadata.ragkit`` naming the inputs the caller fills — as YAML
+that loads on another machine with ragkit installed: models are named as the user named them
+(``qwen2.5-coder-0.5b``, resolved where the file loads, :mod:`ragkit.llm.portable`), threads and
+device are the loading machine's, and the YAML has no anchors (``&id001``) for a reader to chase.
+The index is the folder given, as given (``ragkit export --index``).
 
-The LLM steps share one generator: every component's serialized generator is the same dict, and
-:func:`ragkit.llm.structured.generator_from_dict` gives identical dicts one instance per process,
-so the loaded pipeline loads the model once and keeps llama.cpp's prompt cache shared between steps.
+``load_exported`` restores it with Haystack's allowlist limited to ragkit's modules (Haystack's own
+are always allowed) and with :func:`shared_generators`: the LLM steps of one loaded pipeline share
+one generator per distinct model, so the model loads once and llama.cpp's prompt cache is shared
+between the grader, the answer and the judge, as in the engine that exported it. Two pipelines
+loaded separately share nothing. ``run_exported`` asks it one question and reads the answer and
+sources the way the engine does.
 
 Usage::
 
     text = export_yaml(Features.all_on(), ".ragkit/index", RagConfig())
     pipe = load_exported(text)
     run_exported(pipe, "Where was Nikola Tesla born?")["answer"]
+    # or, with Haystack alone:
+    Pipeline.loads(text, allowed_modules=["ragkit.*"], callbacks=shared_generators())
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from haystack import Pipeline
+from haystack.core.serialization import DeserializationCallbacks
+from haystack.marshal import YamlMarshaller
+from haystack.marshal.yaml import YamlDumper
 
 from ragkit.config import RagConfig
 from ragkit.index.retrieval import check_query
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
-from ragkit.pipeline.graph import OUTPUTS, build_pipeline, graph_inputs
+from ragkit.pipeline.graph import build_pipeline
+from ragkit.pipeline.graph_io import graph_inputs, outputs_of
 from ragkit.pipeline.result import failed_result, result_from_outputs
 from ragkit.pipeline.trace import RagkitTracer
 
 ALLOWED_MODULES = ["ragkit.*"]
 
 
-def export_yaml(features: Features, index_dir: str | Path, config: RagConfig | None = None, generator: Any = None) -> str:
+class _PlainDumper(YamlDumper):
+    """YAML without anchors: a value used twice is written twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+class PlainYamlMarshaller(YamlMarshaller):
+    """Haystack's YAML marshaller, writing no ``&id001`` anchors (it loads the same)."""
+
+    def marshal(self, dict_: dict[str, Any]) -> str:
+        return yaml.dump(dict_, Dumper=_PlainDumper)
+
+
+def dump_yaml(pipe: Pipeline) -> str:
+    return pipe.dumps(marshaller=PlainYamlMarshaller())
+
+
+def export_yaml(features: Features, index_dir: str | Path, config: RagConfig | None = None, chat_generator: Any = None) -> str:
     config = config or RagConfig()
-    generator = generator if generator is not None else build_chat_generator(config.models)
-    return build_pipeline(features, generator, index_path=str(Path(index_dir).resolve()), config=config).dumps()
+    chat_generator = chat_generator if chat_generator is not None else build_chat_generator(config.models)
+    return dump_yaml(build_pipeline(features, chat_generator, index_path=str(Path(index_dir).resolve()), config=config))
+
+
+def shared_generators() -> DeserializationCallbacks:
+    """Callbacks for ``Pipeline.loads``/``from_dict``: the components of the pipeline being loaded get one
+    ``chat_generator`` instance per distinct serialized generator (sub-pipelines included)."""
+    by_config: dict[str, Any] = {}
+
+    def share(_name: str, _cls: type, init_params: dict[str, Any]) -> None:
+        generator = init_params.get("chat_generator")
+        if generator is None or not hasattr(generator, "to_dict"):
+            return
+        key = json.dumps(generator.to_dict(), sort_keys=True, default=str)
+        init_params["chat_generator"] = by_config.setdefault(key, generator)
+
+    return DeserializationCallbacks(component_pre_init=share)
 
 
 def load_exported(text_or_path: str | Path) -> Pipeline:
-    text = Path(text_or_path).read_text(encoding="utf-8") if isinstance(text_or_path, Path) or (isinstance(text_or_path, str) and "\n" not in text_or_path) else text_or_path
-    pipe = Pipeline.loads(text, allowed_modules=ALLOWED_MODULES)
+    is_path = isinstance(text_or_path, Path) or (isinstance(text_or_path, str) and "\n" not in text_or_path)
+    text = Path(text_or_path).read_text(encoding="utf-8") if is_path else text_or_path
+    pipe = Pipeline.loads(text, allowed_modules=ALLOWED_MODULES, callbacks=shared_generators())
     if "ragkit" not in pipe.metadata:
         raise ValueError("not a ragkit pipeline: its metadata has no 'ragkit' section naming the question inputs")
     return pipe
@@ -59,7 +104,7 @@ def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
     deadline = float(os.environ.get("RAGKIT_DEADLINE_S") or pipe.metadata["ragkit"].get("deadline_s") or 0)
     with RagkitTracer().collect() as trace, question_deadline(deadline):
         try:
-            out = pipe.run(graph_inputs(pipe, question), include_outputs_from=OUTPUTS & set(pipe.graph.nodes))
+            out = pipe.run(graph_inputs(pipe, question), include_outputs_from=outputs_of(pipe))
         except Exception as exc:  # the graph broke: an explicit failed result, as AgenticRAG.ask gives
             result = failed_result(question, trace, exc)
         else:

@@ -16,8 +16,8 @@ from typing import Any
 from haystack import Document
 
 from ragkit.components.confidence import is_decline
-from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.span_decoding import evidence_for
+from ragkit.llm.prompts import NO_ANSWER, reply_text
+from ragkit.llm.source_spans import evidence_for
 from ragkit.pipeline.trace import Trace, failed_steps, first_failure
 
 ANSWER_STEPS = ("answer", "direct_answer")
@@ -81,7 +81,7 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
     result.warnings = [f"{s.name}: {w}" for s in trace.steps for w in s.warnings]
 
     if "direct_answer" in out:  # the router chose no retrieval: no sources, so no calibrated confidence
-        result.answer, result.exit_reason = out["direct_answer"].get("text") or NO_ANSWER, "no_retrieval"
+        result.answer, result.exit_reason = reply_text(out["direct_answer"].get("replies")) or NO_ANSWER, "no_retrieval"
         if result.failed:
             result.exit_reason = "answer_failed"
         return result
@@ -105,13 +105,13 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
         result.details["multi_hop"] = {"exit_reason": hop["exit_reason"], "hops": hop["hops"], "query": hop["query"]}
     result.answer_mode = answer_mode_of(out, trace)
     corrected = out.get("self_correction", {})
-    if "answer" in corrected:
-        result.answer = corrected["answer"]
+    if "replies" in corrected:
+        result.answer = reply_text(corrected["replies"]) or NO_ANSWER
         if features.self_correction:
             result.exit_reason = corrected.get("exit_reason")
         result.corrections = int(corrected.get("corrections") or 0)
     else:
-        result.answer = out.get("answer", {}).get("text") or NO_ANSWER
+        result.answer = reply_text(out.get("answer", {}).get("replies")) or NO_ANSWER
     if result.failed:  # the answer's own call failed: say so, never "supported"
         result.exit_reason = "answer_failed"
 

@@ -1,11 +1,16 @@
 """A per-question record of every pipeline step, collected through Haystack's tracing API.
 
-``RagkitTracer`` is a ``haystack.tracing.Tracer``: enable it and every ``Pipeline.run`` — ragkit's
+``RagkitTracer`` is a ``haystack.tracing.Tracer``: while it collects, every ``Pipeline.run`` — ragkit's
 or one a user assembled — reports each component run as a :class:`Step` (wall time, documents in
 and out with scores). ragkit components add what only they know through :func:`record`: LLM calls,
 prompt/completion tokens, decisions, and fallbacks (an LLM reply that could not be parsed, an LLM
 that raised). Haystack ships an OpenTelemetry/Datadog/logging tracer but nothing that keeps spans
 in memory for a notebook to show, which is why this one exists.
+
+It sits *beside* a tracer the user enabled (``LoggingTracer``, OpenTelemetry, Langfuse): while
+:meth:`RagkitTracer.collect` runs, every span goes to both, the user's tracer sees ragkit's own tags
+(``ragkit.llm_calls`` …) too, and Haystack's content-tracing switch stays as the user set it — ragkit
+reads the documents a step received whatever it says, the user's tracer only when they enabled it.
 
 Usage::
 
@@ -119,13 +124,33 @@ def _doc_list(value: Any) -> list[tuple[str, float | None]]:
     return []
 
 
+class StepReached(Exception):
+    """Raised by a tracer told to stop before a step (:meth:`RagkitTracer.collect` with ``stop_before``):
+    the step's inputs, as the pipeline assembled them, before it ran."""
+
+    def __init__(self, step: str, inputs: dict[str, Any]):
+        super().__init__(f"stopped before {step!r}")
+        self.step, self.inputs = step, inputs
+
+
+_INPUT_TAG = "haystack.component.input"
+
+
 class _Span(tracing.Span):
-    def __init__(self, operation: str, tags: dict[str, Any] | None):
+    def __init__(self, operation: str, tags: dict[str, Any] | None, stop: bool = False):
         self.operation = operation
         self.tags: dict[str, Any] = dict(tags or {})
         self.started = time.perf_counter()
+        self.stop = stop  # raise StepReached when the step's inputs arrive, before it runs
+
+    def set_content_tag(self, key: str, value: Any) -> None:
+        # ragkit's trace always reads what a step received and returned (documents and scores),
+        # whatever Haystack's content-tracing switch says for other tracers
+        self.set_tag(key, value)
 
     def set_tag(self, key: str, value: Any) -> None:
+        if self.stop and key == _INPUT_TAG:
+            raise StepReached(self.tags.get("haystack.component.name", self.operation), dict(value or {}))
         if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused")):
             self.tags[key] += value  # counters accumulate over several LLM calls in one step
         elif key in (_PREFIX + "fallback", _PREFIX + "warning"):
@@ -164,6 +189,10 @@ class _Span(tracing.Span):
 StepListener = Callable[[str, Step], None]
 
 
+# Components that only wrap a pipeline whose steps are traced themselves: not a step of their own.
+WRAPPER_TYPES = {"SuperComponent", "SelfCorrectingAnswerer"}
+
+
 class RagkitTracer(tracing.Tracer):
     """Keeps component spans of the current thread's :meth:`collect` block as :class:`Step` s.
 
@@ -188,24 +217,34 @@ class RagkitTracer(tracing.Tracer):
             self._local.stack = []
         return self._local.stack
 
+    def _stops_here(self, name: str) -> bool:
+        target = getattr(self._local, "stop_before", None)
+        if target is None or target[0] != name:
+            return False
+        seen = self._local.visits = getattr(self._local, "visits", 0) + 1
+        return seen == target[1] + 1
+
     @contextlib.contextmanager
     def trace(self, operation_name: str, tags: dict[str, Any] | None = None, parent_span: tracing.Span | None = None) -> Iterator[tracing.Span]:
-        span = _Span(operation_name, tags)
+        collecting = getattr(self._local, "trace", None) is not None and operation_name == "haystack.component.run"
+        name = (tags or {}).get("haystack.component.name", operation_name)
+        span = _Span(operation_name, tags, stop=collecting and self._stops_here(name))
         stack = self._stack()
         stack.append(span)
         # A SuperComponent's own span only wraps its inner components, which are traced as steps themselves.
-        collecting = (
-            getattr(self._local, "trace", None) is not None and operation_name == "haystack.component.run"
-            and span.tags.get("haystack.component.type") != "SuperComponent"
-        )
+        collecting = collecting and span.tags.get("haystack.component.type") not in WRAPPER_TYPES
         if collecting:
-            self._notify("start", Step(name=span.tags.get("haystack.component.name", operation_name), component=span.tags.get("haystack.component.type", ""), started=span.started))
+            self._notify("start", Step(name=name, component=span.tags.get("haystack.component.type", ""), started=span.started))
+        ran = True
         try:
             yield span
+        except StepReached:
+            ran = False  # stopped before it ran: not a step of the trace
+            raise
         finally:
             stack.pop()
             trace = getattr(self._local, "trace", None)
-            if collecting and trace is not None:
+            if collecting and ran and trace is not None:
                 self._notify("end", trace.add(span.to_step()))
 
     def current_span(self) -> tracing.Span | None:
@@ -213,19 +252,76 @@ class RagkitTracer(tracing.Tracer):
         return stack[-1] if stack else None
 
     @contextlib.contextmanager
-    def collect(self) -> Iterator[Trace]:
-        """Enable this tracer (with content tracing, for the documents) and gather a Trace."""
-        previous = tracing.tracer.actual_tracer
-        previous_content = tracing.tracer.is_content_tracing_enabled
-        tracing.enable_tracing(self)
-        tracing.tracer.is_content_tracing_enabled = True
+    def collect(self, stop_before: tuple[str, int] | None = None) -> Iterator[Trace]:
+        """Collect this thread's steps into a :class:`Trace`, beside any tracer the user enabled.
+
+        ``stop_before=(step, visit)``: raise :class:`StepReached` with that step's inputs when its
+        ``visit``-th run (from 0) is about to start, before it runs."""
+        previous = tracing.tracer.actual_tracer if tracing.is_tracing_enabled() else None
+        if previous is self or (isinstance(previous, _BesideTracer) and previous.ours is self):
+            active = None  # already collecting (a nested collect): the outer one stays in place
+        else:
+            active = self if previous is None else _BesideTracer(self, previous)
+            tracing.enable_tracing(active)
         self._local.trace = Trace()
+        self._local.stop_before, self._local.visits = stop_before, 0
         try:
             yield self._local.trace
         finally:
             self._local.trace = None
-            tracing.tracer.actual_tracer = previous
-            tracing.tracer.is_content_tracing_enabled = previous_content
+            self._local.stop_before = None
+            if active is not None:
+                if previous is None:
+                    tracing.disable_tracing()
+                else:
+                    tracing.enable_tracing(previous)
+
+
+class _BesideSpan(tracing.Span):
+    """One span of ragkit's tracer and one of the user's: every tag goes to both."""
+
+    def __init__(self, ours: tracing.Span, theirs: tracing.Span):
+        self.ours, self.theirs = ours, theirs
+
+    def set_tag(self, key: str, value: Any) -> None:
+        self.ours.set_tag(key, value)
+        self.theirs.set_tag(key, value)
+
+    def set_content_tag(self, key: str, value: Any) -> None:
+        self.ours.set_content_tag(key, value)
+        self.theirs.set_content_tag(key, value)  # honours the user's content-tracing switch
+
+    def raw_span(self) -> Any:
+        return self.theirs.raw_span()
+
+    def get_correlation_data_for_logs(self) -> dict[str, Any]:
+        return self.theirs.get_correlation_data_for_logs()
+
+
+class _BesideTracer(tracing.Tracer):
+    """ragkit's tracer beside the user's, for the length of one :meth:`RagkitTracer.collect`."""
+
+    def __init__(self, ours: RagkitTracer, theirs: tracing.Tracer):
+        self.ours, self.theirs = ours, theirs
+        self._local = threading.local()  # the open spans of this thread (a user's tracer may keep none)
+
+    @contextlib.contextmanager
+    def trace(self, operation_name: str, tags: dict[str, Any] | None = None, parent_span: tracing.Span | None = None) -> Iterator[tracing.Span]:
+        their_parent = parent_span.theirs if isinstance(parent_span, _BesideSpan) else parent_span
+        stack = self._local.__dict__.setdefault("stack", [])
+        with self.theirs.trace(operation_name, tags=tags, parent_span=their_parent) as theirs, self.ours.trace(operation_name, tags=tags) as ours:
+            span = _BesideSpan(ours, theirs)
+            stack.append(span)
+            try:
+                yield span
+            finally:
+                stack.pop()
+
+    def current_span(self) -> tracing.Span | None:
+        stack = self._local.__dict__.get("stack")
+        if stack:
+            return stack[-1]
+        return self.ours.current_span() or self.theirs.current_span()  # a span opened on one tracer alone (an agent's tool step)
 
 
 def record(**tags: Any) -> None:
@@ -238,10 +334,17 @@ def record(**tags: Any) -> None:
         span.set_tag(_PREFIX + key, value)
 
 
+def collecting_tracer() -> RagkitTracer | None:
+    """The :class:`RagkitTracer` enabled right now (alone or beside the user's tracer), if any."""
+    tracer = tracing.tracer.actual_tracer
+    if isinstance(tracer, _BesideTracer):
+        tracer = tracer.ours
+    return tracer if isinstance(tracer, RagkitTracer) else None
+
+
 def active_trace() -> Trace | None:
     """The trace a :class:`RagkitTracer` is collecting on this thread right now, if any."""
-    tracer = tracing.tracer.actual_tracer
-    return getattr(getattr(tracer, "_local", None), "trace", None) if isinstance(tracer, RagkitTracer) else None
+    return getattr(collecting_tracer()._local, "trace", None) if collecting_tracer() is not None else None
 
 
 def failed_steps(trace: Trace) -> list[str]:

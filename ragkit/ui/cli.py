@@ -202,9 +202,9 @@ def _step_error(result, name: str) -> str:
 
 def cmd_pipeline(args, console) -> int:
     """The graph the given features compile to, as Mermaid text (drawn offline by JupyterLab, GitHub, mermaid-cli)."""
-    from ragkit.pipeline.graph import draw
+    from ragkit.pipeline.drawing import draw
 
-    text = draw(_features(args), _config(args))
+    text = draw(_features(args), _config(args), detail=args.detail)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         console.print(f"wrote {args.output}")
@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipeline", parents=[common], help="print (or write) the graph a Features config compiles to, as Mermaid text")
     _feature_args(p)
     p.add_argument("-o", "--output", help="write the Mermaid text to this file")
+    p.add_argument("--detail", action="store_true", help="also draw the steps inside the self-correction loop and every socket")
     p.set_defaults(func=cmd_pipeline)
 
     p = sub.add_parser("export", parents=[common], help="write the graph as Haystack pipeline YAML (Pipeline.loads restores it)")

@@ -4,7 +4,9 @@ batch ablations — logic here, notebooks stay one-liners.
 Everything is drivable without a browser: set a control's ``.value``, call ``.run()`` (what the Run
 button calls) and read ``last_result``, the HTML widgets' ``.value`` and ``last_figures``. That is
 how the tests check what a notebook shows. The HTML itself (tables, the summary line, A/B, ablation
-summary) is built by :mod:`ragkit.ui.html`; its functions are importable from here too.
+summary) is built by :mod:`ragkit.ui.html`, the per-field controls by :mod:`ragkit.ui.feature_controls`,
+and the timed batch runs (:func:`prepare_one_time`, :func:`run_ablation`) by :mod:`ragkit.ui.ablation`;
+their functions are importable from here too.
 
 Usage (in Jupyter)::
 
@@ -17,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import statistics
-import time
 from typing import Any, Callable
 
 import ipywidgets as widgets
@@ -26,129 +26,18 @@ from haystack import tracing
 
 from ragkit.pipeline.engine import AgenticRAG, AgenticResult
 from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
-from ragkit.eval.metrics import exact_match, f1_score
-from ragkit.pipeline.features import CHOICES, Features
+from ragkit.pipeline.features import Features
 from ragkit.index.store import RagIndex
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.ui import plots
+from ragkit.ui.ablation import prepare_one_time, run_ablation  # noqa: F401  (the notebooks import these from here)
+from ragkit.ui.feature_controls import GROUP_MIN_WIDTH, GROUPS, feature_controls, features_from_controls
 from ragkit.ui.graph_view import GraphView
 from ragkit.ui.html import (  # noqa: F401  (the notebooks import these from here)
     ab_compare, comparison_html, confidence_text, evidence_html, format_grade, format_value, result_html, result_sentence, setup_html,
     short_id, sources_rows, summary_html, summary_table_html, table_html, trace_rows,
 )
 from ragkit.pipeline.trace import Step
-
-# Where each Features field sits in the panel, and the range of its slider.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "routing": ("routing", "router_backend"),
-    "HyDE": ("hyde", "hyde_passages"),
-    "retrieval": ("retrieval_mode", "top_k", "injection_guard"),
-    "answer": ("answer_mode",),
-    "reranking": ("rerank", "rerank_backend", "rerank_model", "rerank_candidates"),
-    "grading": ("grading", "grader_backend", "grade_threshold"),
-    "hallucination check": ("hallucination_check", "hallucination_backend", "hhem_model", "support_threshold", "judge_spans"),
-    "self-correction": ("self_correction", "max_corrections"),
-    "confidence": ("confidence_floor",),
-    "search scope": ("select_collections", "intent_filters", "expand", "expand_backend"),
-    "fallback": ("fallback", "fallback_check", "fallback_coverage", "max_fallbacks", "fallback_llm_calls"),
-    "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "hop_check", "hop_coverage", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
-}
-RANGES: dict[str, tuple[float, float, float]] = {
-    "top_k": (1, 20, 1), "max_parts": (2, 6, 1), "hyde_passages": (1, 4, 1), "rerank_candidates": (2, 50, 1), "max_corrections": (0, 3, 1),
-    "max_iterations": (1, 5, 1), "hop_llm_calls": (1, 12, 1), "sufficiency_threshold": (0, 1, 0.05), "hop_coverage": (0, 1, 0.05),
-    "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
-    "fallback_coverage": (0, 1, 0.05), "max_fallbacks": (1, 6, 1), "fallback_llm_calls": (0, 12, 1),
-}
-# Short labels: each control sits under its group's title, so "backend" says enough and fits a
-# ~260 px column (the field name is the tooltip).
-LABELS: dict[str, str] = {
-    "router_backend": "backend", "hyde_passages": "passages", "retrieval_mode": "mode", "top_k": "top k", "injection_guard": "injection guard",
-    "rerank_backend": "backend", "rerank_model": "model", "rerank_candidates": "candidates",
-    "grader_backend": "backend", "grade_threshold": "keep ≥ /10", "hallucination_backend": "backend",
-    "hhem_model": "HHEM model", "support_threshold": "threshold", "judge_spans": "judge spans", "max_corrections": "max retries",
-    "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
-    "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "hop_check": "check", "hop_coverage": "enough if ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
-    "select_collections": "collections", "intent_filters": "intent filters", "expand": "expand query", "expand_backend": "backend",
-    "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
-}
-# dicts and lists (per route, per step, per table, a strategy order): edit them in code or YAML
-NOT_A_CONTROL = ("route_policy", "sql_tables", "collections", "route_filters", "fallback_strategies", "step_models", "step_prompts")
-# ipywidgets reads a Dropdown value of None as "nothing selected" (the box looks empty), so the
-# judge's per-model calibrated threshold is this sentinel in the widget and None in Features.
-CALIBRATED = "calibrated"
-DESCRIPTION_WIDTH = "88px"
-GROUP_MIN_WIDTH = "260px"
-
-
-def feature_controls(features: Features) -> dict[str, widgets.Widget]:
-    """One widget per Features field (except ``route_policy``), initialised from ``features``.
-    Every control fills its grid cell (``width: 100%``), so a narrow notebook never scrolls sideways."""
-    controls: dict[str, widgets.Widget] = {}
-    style = {"description_width": DESCRIPTION_WIDTH}
-    for f in dataclasses.fields(Features):
-        name, value = f.name, getattr(features, f.name)
-        if name in NOT_A_CONTROL:
-            continue
-        common = {"description": LABELS.get(name, name.replace("_", " ")), "tooltip": name, "layout": widgets.Layout(width="100%", max_width="100%")}
-        if isinstance(value, bool):
-            controls[name] = widgets.Checkbox(value=value, indent=False, **common)
-        elif name in CHOICES:
-            controls[name] = widgets.Dropdown(options=list(CHOICES[name]), value=value, style=style, **common)
-        elif name == "support_threshold":
-            grid = sorted({t / 100 for t in range(5, 100, 5)} | ({value} if value is not None else set()))
-            options = [("calibrated per model", CALIBRATED)] + [(f"{t:.2f}", t) for t in grid]
-            controls[name] = widgets.Dropdown(options=options, value=CALIBRATED if value is None else value, style=style, **common)
-        elif name in RANGES:
-            low, high, step = RANGES[name]
-            cls = widgets.IntSlider if isinstance(value, int) else widgets.FloatSlider
-            controls[name] = cls(value=value, min=low, max=high, step=step, style=style, continuous_update=False, readout=True, **common)
-        else:  # optional model names / paths
-            controls[name] = widgets.Text(value=value or "", placeholder="local folder or hub id", style=style, **common)
-    missing = {f.name for f in dataclasses.fields(Features)} - set(controls) - set(NOT_A_CONTROL)
-    assert not missing, f"Features fields without a control: {missing}"
-    return controls
-
-
-def features_from_controls(controls: dict[str, widgets.Widget], base: Features | None = None) -> Features:
-    values = {name: (w.value if not isinstance(w, widgets.Text) else (w.value.strip() or None)) for name, w in controls.items()}
-    if values.get("support_threshold") == CALIBRATED:
-        values["support_threshold"] = None
-    for name in ("hhem_model",):  # required strings keep their default when the box is emptied
-        if values.get(name) is None:
-            values[name] = getattr(Features(), name)
-    return dataclasses.replace(base or Features(), **values).validate()
-
-
-# -- tables --------------------------------------------------------------------------------------
-# A value that reads as a number ("43 ms", "0.635", "7/10", "1,204"): right-aligned, never wrapped.
-def prepare_one_time(rag: AgenticRAG) -> dict[str, float]:
-    """Do ``rag``'s one-time work now, before a question is timed; returns what ran and its seconds
-    (nothing for work already done in this process): loading the embedding model and the LLM, and
-    the bi-encoder reranker's sentence vectors (the ``sentence_vectors`` step, ~45 s on first use
-    of an index). Each would otherwise land in the first question's latency."""
-    done: dict[str, float] = {}
-
-    def timed(label: str, work: Callable[[], Any], ran: Callable[[Any, float], bool]) -> None:
-        started = time.perf_counter()
-        try:
-            out = work()
-        except Exception:  # ask() meets the same failure inside a traced step, where it is recorded and shown
-            return
-        seconds = time.perf_counter() - started
-        if ran(out, seconds):
-            done[label] = seconds
-
-    retriever = getattr(rag, "retriever", None)
-    if retriever is not None:
-        # the embedding model is shared by the process: only a first load takes measurable time
-        timed("embedding model load", lambda: retriever.embedder, lambda _, seconds: seconds > 0.05)
-    generator = rag.generator
-    if getattr(generator, "_model", True) is None and hasattr(generator, "warm_up"):  # llama.cpp, not loaded yet
-        timed("LLM load", generator.warm_up, lambda _, __: True)
-    f = rag.features
-    if f.rerank and f.rerank_backend == "bi-encoder" and hasattr(rag, "prepare_sentence_vectors"):
-        timed("sentence vectors", rag.prepare_sentence_vectors, lambda work, _: bool((work or {}).get("embedded") or (work or {}).get("loaded")))
-    return done
 
 
 class _Engine:
@@ -164,13 +53,13 @@ class _Engine:
         if model not in self._generators:
             self._generators[model] = self._factory(model, self._on_chunk)
         config = dataclasses.replace(self.config, models=dataclasses.replace(self.config.models, llm=model))
-        return AgenticRAG(features, config=config, index=self.index, generator=self._generators[model])
+        return AgenticRAG(features, config=config, index=self.index, chat_generator=self._generators[model])
 
     def cold_rag(self, features: Features, model: str) -> AgenticRAG:
         """As :meth:`rag`, with llama.cpp's prompt cache emptied first: an A/B comparison must not
         let B reuse the sources A just evaluated."""
         rag = self.rag(features, model)
-        reset_prompt_cache(rag.generator)
+        reset_prompt_cache(rag.chat_generator)
         return rag
 
 
@@ -290,7 +179,7 @@ class ControlPanel:
         rag = None
         try:
             rag = self.engine.rag(self.features(), self.model.value)
-            self.ran_graph = rag.mermaid()
+            self.ran_graph = rag.mermaid(detail=self.graph.detail.value)
             self.status.value = "<span style='color:#555'>one-time setup (model loads, sentence vectors) if not done yet…</span>"
             setup = prepare_one_time(rag)
             self.setup.value = setup_html(setup)
@@ -353,53 +242,8 @@ def display_figure(fig) -> None:
         pass
 
 
-def run_ablation(
-    make_rag: Callable[[Features], AgenticRAG],
-    configs: dict[str, Features],
-    questions: list[dict[str, Any]],
-    progress: bool = True,
-) -> dict[str, dict[str, Any]]:
-    """Every config on every question (``{"question": …, "answers": [...]}``, answers optional),
-    question-major so machine noise hits all configs alike. Returns a summary row per config.
-    One-time preparation runs before the first question and is reported as ``one_time_setup_s``,
-    not in the latency."""
-    from tqdm.auto import tqdm
-
-    rags = {name: make_rag(features) for name, features in configs.items()}
-    setup = {name: sum(prepare_one_time(rag).values()) for name, rag in rags.items()}
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    for q in tqdm(questions, desc="questions", disable=not progress):
-        for name, rag in rags.items():
-            r = rag.ask(q["question"])
-            gold = q.get("answers")
-            setup[name] += sum(plots.one_time_seconds(r.trace).values())
-            rows[name].append({
-                "seconds": plots.per_question_seconds(r), "confidence": r.confidence or 0.0, "declined": r.declined,
-                "llm_calls": r.trace.llm_calls, "prompt_tokens": r.trace.prompt_tokens_evaluated,
-                "em": exact_match(r.answer, gold) if gold and not r.declined else (0.0 if gold else None),
-                "f1": f1_score(r.answer, gold) if gold and not r.declined else (0.0 if gold else None),
-            })
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return round(statistics.fmean(values), 4) if values else None
-    return {
-        name: {
-            "questions": len(r),
-            "em": mean(x["em"] for x in r), "f1": mean(x["f1"] for x in r),
-            "confidence": mean(x["confidence"] for x in r), "decline_rate": mean(float(x["declined"]) for x in r),
-            "latency_s_p50": round(statistics.median(x["seconds"] for x in r), 3) if r else None,
-            "llm_calls_per_q": mean(x["llm_calls"] for x in r), "prompt_tokens_per_q": mean(x["prompt_tokens"] for x in r),
-            "one_time_setup_s": round(setup[name], 3),
-        }
-        for name, r in rows.items()
-    }
-
-
 def show(result: AgenticResult):
     """Display a result in a notebook (returns the HTML object, so it is also the cell's output)."""
     from IPython.display import HTML
 
     return HTML(result_html(result))
-
-
-# -- the A/B table ----------------------------------------------------------------------------

@@ -48,15 +48,7 @@ RUN_TEXT = re.compile(r"^\s*Run\s*$")
 CONFIDENCE = re.compile(r"[●◐○]\s*[01]\.\d+")  # the panel's confidence readout, e.g. "○ 0.33"
 WIDGET_FAILURES = ("Error displaying widget", "HBox(children=", "VBox(children=", "GridBox(children=", "Output()")
 
-# Console errors that are not the notebook's doing. Each entry says why it is harmless.
-HARMLESS_CONSOLE = [
-    # Chromium asks for /favicon.ico on its own; JupyterLab serves its icons elsewhere.
-    re.compile(r"favicon\.ico"),
-    # JupyterLab's debugger extension asks a freshly opened notebook's kernel for its debug state;
-    # Restart Kernel and Run All right after opening cancels that request. JupyterLab's own race on
-    # restart, logged whatever the notebook holds.
-    re.compile(r"Could not restore the debugger state: Canceled future for debug_request message"),
-]
+HARMLESS_CONSOLE = driver.HARMLESS_CONSOLE
 
 # The panel's text (answer, summary, tables), the PNGs it shows, and the PNGs in its cell outside it.
 _JS_PANEL_STATE = """async (panel) => { const pngOf = %s;
