@@ -82,24 +82,24 @@ def sample(set_name: str, questions: list[dict], n: int) -> list[dict]:
     return [q for q in random.Random(SEED).sample(questions, n + len(excluded)) if q["id"] not in excluded][:n]
 
 
-def rows_path(set_name: str, model: str) -> Path:
-    return ROWS / f"{set_name}.{model}.jsonl"
+def rows_path(set_name: str, model: str, rows_dir: Path = ROWS) -> Path:
+    return rows_dir / f"{set_name}.{model}.jsonl"
 
 
-def run(set_name: str, model: str, n: int, baseline_n: int) -> None:
+def run(set_name: str, model: str, n: int, baseline_n: int, rows_dir: Path = ROWS) -> None:
     from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
     from ragkit.pipeline.engine import AgenticRAG
 
     docs, questions = load_squad_corpus(SETS[set_name])
     index = index_documents(docs, CACHE / f"{set_name}_index_all-MiniLM-L6-v2")
     chosen = sample(set_name, questions, n)
-    path = rows_path(set_name, model)
+    path = rows_path(set_name, model, rows_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["id"], r["config"]) for r in read_rows(path)}
     generator = build_chat_generator(ModelConfig(llm=model))
     generator.warm_up()
     config = RagConfig(models=ModelConfig(llm=model))
-    rags = {name: AgenticRAG(features, config=config, generator=generator, index=index) for name, features in configs().items()}
+    rags = {name: AgenticRAG(features, config=config, chat_generator=generator, index=index) for name, features in configs().items()}
     for rag in rags.values():  # one-time work (sentence vectors, the span vocabulary, model load) outside every timing
         if rag.features.rerank:
             rag.prepare_sentence_vectors(progress=True)
@@ -180,10 +180,11 @@ def main() -> int:
     r.add_argument("--model", choices=MODELS, required=True)
     r.add_argument("--questions", type=int, default=200)
     r.add_argument("--baseline-questions", type=int, default=60, help="questions also asked in the old free answer mode")
+    r.add_argument("--rows-dir", type=Path, default=ROWS, help="where the row files go (default: the committed ones)")
     sub.add_parser("summarize")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.set, args.model, args.questions, args.baseline_questions)
+        run(args.set, args.model, args.questions, args.baseline_questions, args.rows_dir)
     else:
         print(json.dumps(summarize()["sets"], indent=1))
     return 0

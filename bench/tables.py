@@ -267,8 +267,19 @@ def summary_table() -> str:
     return "\n".join(rows)
 
 
+def parity_table(d: dict) -> str:
+    """bench/results/parity.json: the same questions answered by the code before and after a change."""
+    lines = ["| config | questions | same answer | same confidence | same in every field | F1 before → after | p50 s before → after |", "|" + " --- |" * 7]
+    for name, c in d["configs"].items():
+        lines.append(f"| {name} | {c['questions']} | {c['same_answer']} | {c['same_confidence']} | {c['same_in_every_field']} | "
+                     f"{c['f1_before']:.4f} → {c['f1_after']:.4f} | {c['p50_s_before']:.3f} → {c['p50_s_after']:.3f} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
+    if load("parity.json"):
+        out["parity.json"] = parity_table(load("parity.json"))
     retrieval = RESULTS / "retrieval_squad.md"
     if retrieval.exists():  # the table of bench/retrieval_squad.py's own report
         out["retrieval_squad.json"] = next(block for block in retrieval.read_text().split("\n\n") if block.startswith("|"))
