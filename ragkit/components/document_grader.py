@@ -108,6 +108,7 @@ class DocumentGrader:
         return (list(map(float, reply.value)), None) if reply.ok else (None, reply.error)
 
     def _probe_scores(self, messages: list, n: int) -> tuple[list[float] | None, str | None]:
+        mark = self._probe.mark()
         try:
             check_deadline()
             out = self._probe.score_list(messages, n)
@@ -115,7 +116,8 @@ class DocumentGrader:
             error = llm_error(exc, self.chat_generator)
             record(llm_calls=1, fallback=f"grader: {error}", error=error)
             return None, error
-        record(llm_calls=1, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])
+        calls = {k: v for k, v in self._probe.usage_since(mark).items() if k in ("llm_calls", "cache_hits")}  # an LLM call, or a cache hit
+        record(**calls, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])
         return list(map(float, out["scores"])), None
 
     def _embedding_scores(self, query: str, documents: list[Document]) -> list[float]:

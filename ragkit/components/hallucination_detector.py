@@ -46,7 +46,7 @@ from haystack.dataclasses import ChatMessage
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import NO_ANSWER, context_messages, reply_text
 from ragkit.llm.faults import check_deadline
-from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict, llm_error
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
@@ -105,10 +105,8 @@ def _parse_yes_no_list(text: str, n: int) -> list[float]:
 
 def _yes_no_constraint(chat_generator: Any, n: int) -> dict[str, Any]:
     if backend_of(chat_generator) == "llama.cpp":
-        from llama_cpp import LlamaGrammar
-
         items = ' "," '.join(["label"] * n)
-        return {"grammar": LlamaGrammar.from_string(f'root ::= "[" {items} "]"\nlabel ::= "\\"yes\\"" | "\\"no\\""', verbose=False)}
+        return {"grammar": gbnf_grammar(f'root ::= "[" {items} "]"\nlabel ::= "\\"yes\\"" | "\\"no\\""')}
     if backend_of(chat_generator) == "openai":
         schema = {"type": "object", "properties": {"labels": {"type": "array", "items": {"type": "string", "enum": ["yes", "no"]}, "minItems": n, "maxItems": n}}, "required": ["labels"], "additionalProperties": False}
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "labels", "strict": True, "schema": schema}}}
@@ -163,19 +161,14 @@ class HallucinationDetector:
         if self._probe is not None:
             check_deadline()
             scores = []
-            before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
+            mark = self._probe.mark()
             for sentence in sentences:
                 messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc, numbers)
                 probs = self._probe.choice_probs(messages, {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]})
                 scores.append(probs["yes"])
             # one judge step = one call: every sentence is a forward pass over the same cached prefix
             # (no generation), and the passes are counted in the decision
-            record(
-                decision={"forward_passes": len(sentences)},
-                llm_calls=1,
-                prompt_tokens=(self._probe.evaluated_tokens - before_eval) + (self._probe.reused_tokens - before_reused),
-                prompt_tokens_reused=self._probe.reused_tokens - before_reused,
-            )
+            record(decision={"forward_passes": len(sentences)}, **self._probe.usage_since(mark))
             return scores, None
         n = len(sentences)
         messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc, numbers)

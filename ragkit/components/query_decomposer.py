@@ -35,7 +35,7 @@ from typing import Any, Optional
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 BACKENDS = ("rules", "llm", "auto")
@@ -121,8 +121,6 @@ def decompose_task(question: str) -> str:
 
 def _list_constraint(chat_generator: Any, max_parts: int) -> dict[str, Any]:
     if backend_of(chat_generator) == "llama.cpp":
-        from llama_cpp import LlamaGrammar
-
         items = " ".join(['("," ws item)?'] * (max_parts - 1))
         grammar = (
             f'root ::= "[" ws item {items} ws "]"\n'
@@ -130,7 +128,7 @@ def _list_constraint(chat_generator: Any, max_parts: int) -> dict[str, Any]:
             'char ::= [^"\\\\\\n]\n'
             'ws ::= [ ]?'
         )
-        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
+        return {"grammar": gbnf_grammar(grammar)}
     if backend_of(chat_generator) == "openai":
         schema = {"type": "object", "properties": {"parts": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": max_parts}}, "required": ["parts"], "additionalProperties": False}
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "parts", "strict": True, "schema": schema}}}

@@ -63,7 +63,7 @@ from ragkit.components.score_fusion import scaled_scores
 from ragkit.eval.metrics import STOPWORDS, content_words
 from ragkit.index.handle import IndexHandle
 from ragkit.index.store import RagIndex
-from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 EXPAND_BACKENDS = ("prf", "llm")
@@ -99,9 +99,7 @@ def expansion_constraint(chat_generator: Any, n: int) -> dict[str, Any]:
     """generation_kwargs that make only a ``{"queries": [n strings]}`` reply possible."""
     kind = backend_of(chat_generator)
     if kind == "llama.cpp":
-        from llama_cpp import LlamaGrammar
-
-        return {"grammar": LlamaGrammar.from_string(expansion_grammar(n), verbose=False)}
+        return {"grammar": gbnf_grammar(expansion_grammar(n))}
     if kind == "openai":
         schema = {
             "type": "object",

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llm.structured import _gbnf_literal, backend_of, call_llm, generator_from_dict, generator_to_dict
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 REWRITE_BACKENDS = ("rules", "llm")
@@ -89,9 +89,9 @@ def subsequence_grammar(question: str) -> str:
     rules = ["root ::= w0"]
     for i, word in enumerate(words):
         if i + 1 == len(words):
-            rules.append(f"w{i} ::= {_gbnf_literal(word)} | \"\"")
+            rules.append(f"w{i} ::= {gbnf_literal(word)} | \"\"")
         else:
-            rules.append(f"w{i} ::= {_gbnf_literal(word)} (\" \" w{i + 1} | \"\") | w{i + 1}")
+            rules.append(f"w{i} ::= {gbnf_literal(word)} (\" \" w{i + 1} | \"\") | w{i + 1}")
     return "\n".join(rules)
 
 
@@ -125,9 +125,7 @@ class QueryRewriter:
             messages = [ChatMessage.from_system(self.prompt or REWRITE_SYSTEM), ChatMessage.from_user(f"Question: {query}\nThe question without filler:")]
             kwargs: dict[str, Any] = {"max_tokens": 2 * len(query.split()) + 8, "temperature": 0.0}
             if backend_of(self.chat_generator) == "llama.cpp":
-                from llama_cpp import LlamaGrammar
-
-                kwargs["grammar"] = LlamaGrammar.from_string(subsequence_grammar(query), verbose=False)
+                kwargs["grammar"] = gbnf_grammar(subsequence_grammar(query))
             reply = call_llm(self.chat_generator, messages, lambda text: _keeps(text.strip(), query), kwargs, step="rewrite")
             if reply.ok:
                 rewritten = reply.value

@@ -152,7 +152,7 @@ class Reranker:
             return best.tolist()
         if self._probe is None:
             raise RuntimeError("the llm reranker reads token probabilities and needs a llama.cpp chat generator")
-        before_eval, before_reused = self._probe.evaluated_tokens, self._probe.reused_tokens
+        mark = self._probe.mark()
         scores = []
         for doc in documents:
             # Question first: it is the shared prefix, so each passage costs only its own tokens.
@@ -162,11 +162,7 @@ class Reranker:
                 ChatMessage.from_user(f"Question: {query}\n\nPassage:\n{passage}\n\nDoes the passage help answer the question? yes or no"),
             ]
             scores.append(self._probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})["yes"])
-        record(
-            llm_calls=len(documents),
-            prompt_tokens=(self._probe.evaluated_tokens - before_eval) + (self._probe.reused_tokens - before_reused),
-            prompt_tokens_reused=self._probe.reused_tokens - before_reused,
-        )
+        record(**self._probe.usage_since(mark, calls=len(documents)))
         return scores
 
     @component.output_types(documents=list[Document], reranking=dict)

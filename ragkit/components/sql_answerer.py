@@ -46,7 +46,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from ragkit.index.tables import SUBJECT_WORDS, VEGA_PREFIX, QueryError, TableDatabase, TableSchema, format_value, schemas_text
-from ragkit.llm.structured import backend_of, call_llm, generator_from_dict, generator_to_dict
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 DEFAULT_TABLES = {"cars": VEGA_PREFIX + "cars"}
@@ -318,9 +318,7 @@ class SqlAnswerer:
         if backend_of(self.chat_generator) != "llama.cpp":
             return {}
         if self._grammar is None:
-            from llama_cpp import LlamaGrammar
-
-            self._grammar = LlamaGrammar.from_string(self.grammar(), verbose=False)
+            self._grammar = gbnf_grammar(self.grammar())
         return {"grammar": self._grammar}
 
     def messages(self, question: str) -> list[ChatMessage]:

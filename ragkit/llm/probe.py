@@ -9,11 +9,15 @@ position's logits. Consecutive probes that share a prefix (the sources, the ques
 cost only their differing tail, and so do answer/grade calls made through the generator, since
 they share the same cache.
 
+While an LLM cache is active (:mod:`ragkit.llm.cache`), a probe already made with the same model,
+prompt and labels is answered from it: ``usage_since`` then reports a cache hit, not an LLM call.
+
 Usage::
 
     probe = LlamaProbe(llama_cpp_chat_generator)
+    mark = probe.mark()
     p = probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})   # {"yes": 0.83, "no": 0.17}
-    probe.evaluated_tokens, probe.reused_tokens
+    record(**probe.usage_since(mark))    # llm_calls (or cache_hits), prompt tokens evaluated and reused
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.cache import active_cache, call_key
 from ragkit.llm.faults import is_llama_cpp
 
 
@@ -32,12 +37,35 @@ class LlamaProbe:
         self.generator = generator
         self.evaluated_tokens = 0
         self.reused_tokens = 0
+        self.forward_passes = 0
+        self.cache_hits = 0
         self._formatter = None
         self._leading_citation_ids: np.ndarray | None = None
 
     @staticmethod
     def supports(generator: Any) -> bool:
         return is_llama_cpp(generator)
+
+    def mark(self) -> tuple[int, int, int, int]:
+        return self.evaluated_tokens, self.reused_tokens, self.forward_passes, self.cache_hits
+
+    def usage_since(self, mark: tuple[int, int, int, int], calls: int = 1) -> dict[str, int]:
+        """What the probes since ``mark`` cost, for ``record``: ``calls`` LLM calls if any forward pass ran,
+        else ``calls`` cache hits; prompt tokens evaluated and reused."""
+        evaluated, reused, passes, hits = mark
+        usage = {"prompt_tokens": (self.evaluated_tokens - evaluated) + (self.reused_tokens - reused), "prompt_tokens_reused": self.reused_tokens - reused}
+        if self.forward_passes > passes:
+            usage["llm_calls"] = calls
+        elif self.cache_hits > hits:
+            usage["cache_hits"] = calls
+        return usage
+
+    def _cached(self, kind: str, prompt: str, parameters: dict[str, Any]) -> tuple[str | None, Any]:
+        key = call_key(kind, self.generator, prompt, parameters)
+        value = active_cache().get(key) if key else None
+        if value is not None:
+            self.cache_hits += 1
+        return key, value
 
     @property
     def llm(self):
@@ -72,6 +100,7 @@ class LlamaProbe:
         prefix = min(llm.longest_token_prefix(cached, tokens), len(tokens) - 1)  # re-evaluate >= 1 token for logits
         llm.n_tokens = prefix
         llm.eval(tokens[prefix:])
+        self.forward_passes += 1
         self.reused_tokens += prefix
         self.evaluated_tokens += len(tokens) - prefix
         pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
@@ -89,7 +118,11 @@ class LlamaProbe:
         """P(label) for each label, from the next-token distribution, renormalised over the labels.
 
         ``choices`` maps a label to the words that express it (first tokens are used)."""
-        logits = self.next_token_logits(self.format(messages) + assistant_prefix)
+        prompt = self.format(messages) + assistant_prefix
+        key, cached = self._cached("choice_probs", prompt, {"choices": choices})
+        if cached is not None:
+            return cached
+        logits = self.next_token_logits(prompt)
         label_logits = {}
         for label, words in choices.items():
             ids = self._first_token_ids(words)
@@ -97,7 +130,10 @@ class LlamaProbe:
         values = np.array(list(label_logits.values()), dtype="float64")
         probs = np.exp(values - values.max())
         probs /= probs.sum()
-        return {label: float(p) for label, p in zip(label_logits, probs)}
+        result = {label: float(p) for label, p in zip(label_logits, probs)}
+        if key:
+            active_cache().put(key, "choice_probs", result)
+        return result
 
     def leading_citation_token_ids(self) -> np.ndarray:
         """Token ids that would open a reply with "[" or with nothing but whitespace (computed once per model)."""
@@ -124,6 +160,9 @@ class LlamaProbe:
         them against the grammar). Returns the scores, the prompt's tokens (and how many came from
         the cache) and the reply tokens fed back while decoding."""
         prompt = self.format(messages)
+        key, cached = self._cached("score_list", prompt, {"n": n})
+        if cached is not None:
+            return {"scores": cached, "prompt_tokens": 0, "prompt_tokens_reused": 0, "reply_tokens": 0}
         digit_ids = [self._single_token(str(d)) for d in range(10)]
         comma, close = self._single_token(","), self._single_token("]")
         start_eval, start_reused = self.evaluated_tokens, self.reused_tokens
@@ -142,6 +181,8 @@ class LlamaProbe:
         evaluated, reused = prompt_counts or (0, 0)
         decoded = self.evaluated_tokens - start_eval - evaluated
         self.reused_tokens = start_reused + reused  # decoding passes re-read their own reply, not the prompt's cache
+        if key:
+            active_cache().put(key, "score_list", scores)
         return {"scores": scores, "prompt_tokens": evaluated + reused, "prompt_tokens_reused": reused, "reply_tokens": decoded}
 
 

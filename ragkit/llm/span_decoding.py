@@ -118,6 +118,14 @@ class SpanMask:
         self.dead = False  # the reply left every span (a processor before this one forced a token)
         self._first: dict[int, list[tuple[int, int, int]]] | None = None
 
+    def cache_key(self) -> dict[str, object]:
+        """Everything that decides which spans the mask allows, for the LLM cache's key (:mod:`ragkit.llm.cache`)."""
+        return {"span_mask": {
+            "sources": [s.decode("utf-8", "replace") for s in self.sources], "starts": sorted(self.starts) if self.starts is not None else None,
+            "banned_first_words": sorted(w.decode("utf-8", "replace") for w in self.banned_first_words),
+            "banned": [b.decode("utf-8", "replace") for b in self.banned],
+        }}
+
     # -- which tokens may come next -----------------------------------------------------------
     def _first_step(self) -> dict[int, list[tuple[int, int, int]]]:
         """Every token that can open a span, with the matches it would start (computed once)."""

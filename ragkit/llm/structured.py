@@ -11,6 +11,7 @@ with ``ok=False`` and a reason, recorded on the trace as a fallback for the call
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 import time
@@ -20,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.cache import active_cache, call_key
 from ragkit.llm.faults import (
     DeadlineExceeded, EmptyReply, check_deadline, is_llama_cpp, deadline_kwargs, deadline_seconds, describe_endpoint, describe_failure, fit_to_context,
     max_tokens_of, reply_char_bound,
@@ -61,6 +63,16 @@ def generator_from_dict(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def gbnf_grammar(text: str) -> Any:
+    """A llama.cpp GBNF grammar that keeps its source text (``ragkit_source``): the LLM cache keys a
+    constrained call by it (:mod:`ragkit.llm.cache`)."""
+    from llama_cpp import LlamaGrammar
+
+    grammar = LlamaGrammar.from_string(text, verbose=False)
+    grammar.ragkit_source = text
+    return grammar
+
+
 def backend_of(generator: Any) -> str:
     name = type(generator).__name__
     if is_llama_cpp(generator):
@@ -70,7 +82,7 @@ def backend_of(generator: Any) -> str:
     return "other"
 
 
-def _gbnf_literal(text: str) -> str:
+def gbnf_literal(text: str) -> str:
     return json.dumps(text)  # GBNF string literals use JSON escaping
 
 
@@ -78,10 +90,8 @@ def choice_constraint(generator: Any, labels: list[str]) -> dict[str, Any]:
     """generation_kwargs that let the model emit exactly one of ``labels``."""
     kind = backend_of(generator)
     if kind == "llama.cpp":
-        from llama_cpp import LlamaGrammar
-
-        grammar = "root ::= " + " | ".join(_gbnf_literal(label) for label in labels)
-        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
+        grammar = "root ::= " + " | ".join(gbnf_literal(label) for label in labels)
+        return {"grammar": gbnf_grammar(grammar)}
     if kind == "openai":
         schema = {"type": "object", "properties": {"label": {"type": "string", "enum": labels}}, "required": ["label"], "additionalProperties": False}
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "label", "strict": True, "schema": schema}}}
@@ -96,8 +106,10 @@ def yes_probability(generator: Any, messages: list[ChatMessage], step: str) -> f
     distribution (traced as one LLM call); other backends give a yes/no reply under a constraint, so
     1.0 or 0.0. Raises RuntimeError with the reason on an unusable reply (the caller decides the fallback)."""
     if LlamaProbe.supports(generator):
-        p_yes = probe_for(generator).choice_probs(messages, YES_NO_WORDS)["yes"]
-        record(llm_calls=1)
+        probe = probe_for(generator)
+        mark = probe.mark()
+        p_yes = probe.choice_probs(messages, YES_NO_WORDS)["yes"]
+        record(**probe.usage_since(mark))
         return p_yes
     kwargs = {**choice_constraint(generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
     reply = call_llm(generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step=step)
@@ -129,11 +141,9 @@ def int_list_constraint(generator: Any, n: int, low: int = 0, high: int = 10) ->
     """generation_kwargs for exactly ``n`` integers in [low, high] as a JSON array."""
     kind = backend_of(generator)
     if kind == "llama.cpp" and low == 0 and high == 10:
-        from llama_cpp import LlamaGrammar
-
         items = ' "," '.join(["score"] * n) if n else ""
         grammar = f'root ::= "[" {items} "]"\nscore ::= "10" | [0-9]'
-        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}
+        return {"grammar": gbnf_grammar(grammar)}
     if kind == "openai":
         schema = {
             "type": "object",
@@ -186,6 +196,10 @@ class FirstTokenMask:
         self.token_ids = token_ids
         self.first_position: int | None = None
 
+    def cache_key(self) -> dict[str, str]:
+        """What the mask bans, for the LLM cache's key (:mod:`ragkit.llm.cache`)."""
+        return {"first_token_mask": hashlib.sha256(np.asarray(self.token_ids, dtype=np.int64).tobytes()).hexdigest()}
+
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if self.first_position is None:
             self.first_position = len(input_ids)
@@ -207,6 +221,9 @@ class TokenProbabilities:
 
     def __init__(self) -> None:
         self.probabilities: list[float] = []
+
+    def cache_key(self) -> str:
+        return "token_probabilities"  # it only records: a cached reply keeps the summary it recorded
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         finite = scores[np.isfinite(scores)]
@@ -304,34 +321,43 @@ def call_llm(
     if trimmed:
         record(warning=trimmed)
         cache_split = prompt_cache_split(generator, messages)
-    bounded, deadline_stop = deadline_kwargs(generator, generation_kwargs, free_text)
-    kwargs = {"generation_kwargs": bounded} if bounded else {}
-    try:
-        replies = generator.run(messages=messages, **kwargs)["replies"]
-        if not replies:
-            raise EmptyReply("no reply")
-        reply = replies[0]
-    except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
-        record(llm_calls=1)
-        return _failed(step, llm_error(exc, generator), t0)
-    seconds = time.perf_counter() - t0
-    text = reply.text or ""
-    usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
-    recorder = token_recorder(generation_kwargs)
-    tokens = recorder.summary() if recorder is not None else None
-    # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
-    if cache_split is not None:
-        usage.setdefault("prompt_tokens", cache_split[0])
-        usage["prompt_tokens_reused"] = min(cache_split[1], usage["prompt_tokens"])
+    key = call_key("chat", generator, [[m.role.value, m.text] for m in messages], generation_kwargs)
+    cached = active_cache().get(key) if key else None
+    if cached is not None:  # the same model, prompt and decoding answered this before: no call
+        record(cache_hits=1)
+        text, usage, tokens, finish_reason, deadline_stop = cached["text"], {}, cached["tokens"], cached["finish_reason"], None
+        seconds = time.perf_counter() - t0
+    else:
+        bounded, deadline_stop = deadline_kwargs(generator, generation_kwargs, free_text)
+        kwargs = {"generation_kwargs": bounded} if bounded else {}
+        try:
+            replies = generator.run(messages=messages, **kwargs)["replies"]
+            if not replies:
+                raise EmptyReply("no reply")
+            reply = replies[0]
+        except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
+            record(llm_calls=1)
+            return _failed(step, llm_error(exc, generator), t0)
+        seconds = time.perf_counter() - t0
+        text, finish_reason = reply.text or "", (reply.meta or {}).get("finish_reason")
+        usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
+        recorder = token_recorder(generation_kwargs)
+        tokens = recorder.summary() if recorder is not None else None
+        # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
+        if cache_split is not None:
+            usage.setdefault("prompt_tokens", cache_split[0])
+            usage["prompt_tokens_reused"] = min(cache_split[1], usage["prompt_tokens"])
+        if "completion_tokens" not in usage and text:
+            usage["completion_tokens"] = tokens["tokens"] if tokens else count_tokens(generator, text[:reply_char_bound(generator, generation_kwargs)])
+        record(
+            llm_calls=1,
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
+            prompt_tokens_reused=usage.get("prompt_tokens_reused", 0),
+        )
+        if key and not (deadline_stop is not None and deadline_stop.stopped):
+            active_cache().put(key, "chat", {"text": text, "tokens": tokens, "finish_reason": finish_reason})
     bound = reply_char_bound(generator, generation_kwargs)
-    if "completion_tokens" not in usage and text:
-        usage["completion_tokens"] = tokens["tokens"] if tokens else count_tokens(generator, text[:bound])
-    record(
-        llm_calls=1,
-        prompt_tokens=usage.get("prompt_tokens", 0),
-        completion_tokens=usage.get("completion_tokens", 0),
-        prompt_tokens_reused=usage.get("prompt_tokens_reused", 0),
-    )
     if tokens:
         record(decision={k: (round(v, 4) if isinstance(v, float) else v) for k, v in tokens.items() if k != "tokens"})
     if deadline_stop is not None and deadline_stop.stopped:
@@ -340,7 +366,7 @@ def call_llm(
         error = (f"unusable_reply: {describe_endpoint(generator)} sent {len(text):,} characters, more than "
                  f"max_tokens={max_tokens_of(generator, generation_kwargs)} allows; cut at {bound:,}")
         return _failed(step, error, t0, text=text[:bound], usage=usage)
-    if (reply.meta or {}).get("finish_reason") == "length" and free_text:
+    if finish_reason == "length" and free_text:
         record(warning=f"reply cut at max_tokens={max_tokens_of(generator, generation_kwargs)}")
     try:
         value = parse(text)

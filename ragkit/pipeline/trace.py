@@ -42,6 +42,7 @@ class Step:
     seconds: float = 0.0
     started: float = 0.0  # time.perf_counter() at the start, for waterfall plots
     llm_calls: int = 0
+    cache_hits: int = 0  # LLM replies served by the LLM cache (ragkit.llm.cache): no call was made
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_tokens_reused: int = 0
@@ -57,6 +58,7 @@ class Step:
             "stage": self.name,
             "ms": round(self.seconds * 1000, 1),
             "llm_calls": self.llm_calls,
+            **({"cache_hits": self.cache_hits} if self.cache_hits else {}),
             "prompt_tokens": self.prompt_tokens,
             "reused": self.prompt_tokens_reused,
             "completion_tokens": self.completion_tokens,
@@ -81,6 +83,10 @@ class Trace:
     @property
     def llm_calls(self) -> int:
         return sum(s.llm_calls for s in self.steps)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(s.cache_hits for s in self.steps)
 
     @property
     def prompt_tokens(self) -> int:
@@ -151,7 +157,7 @@ class _Span(tracing.Span):
     def set_tag(self, key: str, value: Any) -> None:
         if self.stop and key == _INPUT_TAG:
             raise StepReached(self.tags.get("haystack.component.name", self.operation), dict(value or {}))
-        if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused")):
+        if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused", "_hits")):
             self.tags[key] += value  # counters accumulate over several LLM calls in one step
         elif key in (_PREFIX + "fallback", _PREFIX + "warning"):
             self.tags.setdefault(key, []).append(value)
@@ -168,6 +174,7 @@ class _Span(tracing.Span):
             seconds=time.perf_counter() - self.started,
             started=self.started,
             llm_calls=int(tags.get(_PREFIX + "llm_calls", 0)),
+            cache_hits=int(tags.get(_PREFIX + "cache_hits", 0)),
             prompt_tokens=int(tags.get(_PREFIX + "prompt_tokens", 0)),
             completion_tokens=int(tags.get(_PREFIX + "completion_tokens", 0)),
             prompt_tokens_reused=int(tags.get(_PREFIX + "prompt_tokens_reused", 0)),

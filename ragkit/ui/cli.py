@@ -1,31 +1,19 @@
-"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``pipeline``, ``export``, ``serve``, ``info``."""
+"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``pipeline``, ``export``, ``serve``, ``info``; the
+evaluation commands (``testset``, ``eval``, ``report``, ``tune``, ``strategies``) are :mod:`ragkit.ui.cli_eval`'s."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import unicodedata
 from pathlib import Path
 
 import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Haystack loads)
-from ragkit.config import RagConfig
 from ragkit.index.store import DEFAULT_INDEX_DIR
+from ragkit.ui.cli_common import config_from_args as _config
+from ragkit.ui.cli_common import shown
+from ragkit.ui.cli_eval import add_eval_commands
 
-
-def _config(args) -> RagConfig:
-    config = RagConfig.from_yaml(args.config) if args.config else RagConfig()
-    config = RagConfig.from_env(config)
-    if getattr(args, "llm", None):
-        config.models.llm = args.llm
-    if getattr(args, "top_k", None):
-        config.top_k = args.top_k
-    if getattr(args, "mode", None):
-        config.retrieval_mode = args.mode
-    if getattr(args, "hierarchical", False):
-        config.index.hierarchical = True
-    config.validate()
-    return config
 
 
 def cmd_index(args, console) -> int:
@@ -105,15 +93,6 @@ def _engine(args, config=None, index=None):
     from ragkit.pipeline.engine import AgenticRAG
 
     return AgenticRAG(_features(args), index_dir=args.index_dir, config=config or _config(args), index=index)
-
-
-def shown(value) -> str:
-    """A user- or document-derived string as terminal text: rich markup escaped ("[draft]" stays
-    visible, "[/]" cannot crash the display), control characters (ANSI escapes) shown, not obeyed."""
-    from rich.markup import escape
-
-    text = "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
-    return escape(text)
 
 
 def cmd_ask(args, console) -> int:
@@ -306,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)
+    add_eval_commands(sub, common)  # testset, eval, report, tune, strategies
     return parser
 
 

@@ -1,0 +1,129 @@
+"""Compare runs with statistics: a paired bootstrap interval per measure, McNemar's exact test for right/wrong.
+
+Two runs of the same test set answer the same questions, so they are compared question by question:
+
+* for every measure both runs have on a question, the difference of the means with a **paired
+  bootstrap 95% interval** (the questions resampled with replacement, 10,000 times, seeded), and in
+  words: "no significant difference" when the interval covers 0;
+* for the right/wrong outcome (``correct``), **McNemar's exact test**: of the questions on which the
+  runs disagree, how many each got right, and the two-sided binomial p-value of that split
+  (``scipy.stats.binomtest``);
+* the questions that flipped (right in one, wrong in the other), with both answers, for a person to read.
+
+:func:`pareto_front` names the runs no other run beats on both quality and latency. The paired bootstrap is
+written here (a few lines of numpy): scipy's ``bootstrap`` resamples each sample on its own unless told
+the pairing, and takes minutes for 10,000 resamples of a few hundred rows where this takes milliseconds.
+
+Usage::
+
+    table = compare(load_run("runs/plain"), load_run("runs/grading"))
+    print(markdown_report([run_a, run_b]))
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+
+MEASURES = ("recall@k", "mrr", "ndcg", "em", "f1", "semantic_similarity", "correct", "faithfulness", "context_relevance",
+            "correct_decline", "false_decline", "seconds", "llm_calls")
+LOWER_IS_BETTER = {"seconds", "llm_calls", "false_decline"}
+BOOTSTRAP_SAMPLES = 10_000
+
+
+def paired_bootstrap(a: list[float], b: list[float], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(mean of b - a, low, high): the 95% interval of the mean paired difference."""
+    diffs = np.asarray(b, dtype="float64") - np.asarray(a, dtype="float64")
+    means = diffs[np.random.default_rng(seed).integers(0, len(diffs), size=(samples, len(diffs)))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(diffs.mean()), float(low), float(high)
+
+
+def mcnemar_exact(a_right: list[bool], b_right: list[bool]) -> dict[str, Any]:
+    """McNemar's exact test: of the discordant questions, ``b_only`` right only in b, ``a_only`` only in a;
+    the two-sided binomial p-value of that split under "no difference" (p = 1/2)."""
+    a_only = sum(1 for x, y in zip(a_right, b_right) if x and not y)
+    b_only = sum(1 for x, y in zip(a_right, b_right) if y and not x)
+    if a_only + b_only == 0:
+        return {"a_only": 0, "b_only": 0, "p_value": 1.0}
+    return {"a_only": a_only, "b_only": b_only, "p_value": float(binomtest(b_only, a_only + b_only, 0.5).pvalue)}
+
+
+def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
+    """Per measure: n (questions both runs measured), both means, the difference and its interval, a verdict."""
+    a_rows, b_rows = {r["id"]: r for r in run_a["rows"]}, {r["id"]: r for r in run_b["rows"]}
+    common = [i for i in a_rows if i in b_rows]
+    out: dict[str, Any] = {"questions_in_both": len(common), "measures": {}}
+    for measure in MEASURES:
+        pairs = [(float(a_rows[i][measure]), float(b_rows[i][measure])) for i in common
+                 if a_rows[i].get(measure) is not None and b_rows[i].get(measure) is not None]
+        if len(pairs) < 2:
+            continue
+        diff, low, high = paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs])
+        better = (diff < 0) if measure in LOWER_IS_BETTER else (diff > 0)
+        verdict = "no significant difference" if low <= 0 <= high else (f"B {'better' if better else 'worse'}")
+        entry = {"n": len(pairs), "a": round(statistics.fmean(p[0] for p in pairs), 4), "b": round(statistics.fmean(p[1] for p in pairs), 4),
+                 "difference": round(diff, 4), "interval_95": [round(low, 4), round(high, 4)], "verdict": verdict}
+        if measure == "correct":
+            test = mcnemar_exact([p[0] >= 0.5 for p in pairs], [p[1] >= 0.5 for p in pairs])
+            entry["mcnemar"] = {**test, "p_value": round(test["p_value"], 4)}
+            if test["p_value"] >= 0.05:
+                entry["verdict"] = "no significant difference"
+        out["measures"][measure] = entry
+    out["flipped"] = [
+        {"id": i, "question": a_rows[i]["question"], "gold": a_rows[i].get("gold"), "a": a_rows[i]["answer"], "b": b_rows[i]["answer"],
+         "a_correct": a_rows[i]["correct"], "b_correct": b_rows[i]["correct"], "a_sources": a_rows[i].get("sources"), "b_sources": b_rows[i].get("sources")}
+        for i in common if a_rows[i].get("correct") is not None and b_rows[i].get("correct") is not None
+        and (a_rows[i]["correct"] >= 0.5) != (b_rows[i]["correct"] >= 0.5)
+    ]
+    return out
+
+
+def label(run: dict[str, Any]) -> str:
+    strategy = run["run"]["strategy"]
+    return strategy["name"] if strategy["version"] in ("builtin", "file") else f"{strategy['name']}@{strategy['version']}"
+
+
+def quality_and_latency(run: dict[str, Any], quality: str = "correct") -> tuple[float | None, float | None]:
+    agg = run["aggregates"]
+    return (agg.get(quality) or {}).get("mean"), (agg.get("latency_s") or {}).get("p50")
+
+
+def pareto_front(runs: list[dict[str, Any]], quality: str = "correct") -> list[str]:
+    """The runs no other run beats on both ``quality`` (higher) and p50 latency (lower)."""
+    points = {label(r): quality_and_latency(r, quality) for r in runs}
+    points = {k: v for k, v in points.items() if None not in v}
+    return [k for k, (q, t) in points.items()
+            if not any((q2 >= q and t2 <= t) and (q2 > q or t2 < t) for k2, (q2, t2) in points.items() if k2 != k)]
+
+
+def _fmt(value: Any) -> str:
+    return "–" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str:
+    """Each run's aggregates, then every later run against the first, measure by measure, with the interval."""
+    names = [label(r) for r in runs]
+    lines = [f"# ragkit report: {', '.join(names)}", "", f"Test set: `{runs[0]['run']['testset']['path']}` "
+             f"(sha256 {runs[0]['run']['testset']['sha256'][:12]}…); model {runs[0]['run']['model']}.", "",
+             "| run | items | " + " | ".join(MEASURES[:-2]) + " | p50 s | p95 s | LLM calls/q |", "|" + " --- |" * (len(MEASURES) + 3)]
+    for name, run in zip(names, runs):
+        agg = run["aggregates"]
+        cells = [_fmt((agg.get(m) or {}).get("mean")) + (f" (n={agg[m]['n']})" if agg.get(m) else "") for m in MEASURES[:-2]]
+        latency = agg.get("latency_s") or {}
+        lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {_fmt(latency.get('p50'))} | {_fmt(latency.get('p95'))} | "
+                     f"{_fmt((agg.get('llm_calls') or {}).get('mean'))} |")
+    front = pareto_front(runs, quality)
+    lines += ["", f"Pareto front ({quality} vs p50 latency): {', '.join(front) or '–'}."]
+    for name, run in zip(names[1:], runs[1:]):
+        result = compare(runs[0], run)
+        lines += ["", f"## {name} vs {names[0]} ({result['questions_in_both']} questions in both)", "",
+                  "| measure | n | " + names[0] + " | " + name + " | difference | 95% interval | verdict |", "|" + " --- |" * 7]
+        for measure, e in result["measures"].items():
+            extra = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
+            lines.append(f"| {measure} | {e['n']} | {e['a']:.3f} | {e['b']:.3f} | {e['difference']:+.3f} | [{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}] | {e['verdict']}{extra} |")
+        lines.append(f"\n{len(result['flipped'])} questions flipped between right and wrong.")
+    return "\n".join(lines) + "\n"

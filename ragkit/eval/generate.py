@@ -1,0 +1,357 @@
+"""Generate a test set from the user's own chunks with the local LLM: every kept item answerable, and known.
+
+Answer first, question second — the way a small model can be made to write usable items:
+
+1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
+   proper name (:func:`answer_spans`), so the answer is a verbatim span of its chunk by construction;
+2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
+   (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
+   mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
+3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
+   long run of the chunk's words, is not a near-duplicate of a kept question, and is **answerable from
+   its chunk**: the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5);
+   the judge's P(the chunk answers the question), one forward pass, is recorded beside it;
+4. from kept items, without the LLM: **multi** items join two questions about different chunks
+   (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
+   place of one it does (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
+
+Every reject is counted by kind and reason (:class:`GenerationReport`). LLM calls go through
+:func:`ragkit.llm.structured.call_llm`, so an active LLM cache (:mod:`ragkit.llm.cache`) serves a rerun.
+
+Usage::
+
+    items, report = generate_testset(index, chat_generator=llm, n=40)
+    report.summary()      # requested, accepted, acceptance per kind, rejected by reason
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from haystack import Document
+from haystack.dataclasses import ChatMessage
+
+from ragkit.eval.metrics import STOPWORDS, f1_score, normalize_answer, strip_citations
+from ragkit.eval.testset import EvalItem
+from ragkit.index.sentences import sentence_spans
+from ragkit.index.store import RagIndex
+from ragkit.llm.prompts import context_messages, sufficiency_task
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal, yes_probability
+
+DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
+MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
+ANSWERED_F1 = 0.5
+DUPLICATE_OVERLAP = 0.8
+QUESTION_WORDS = {"time": ["When", "In what year", "In which year"], "number": ["How many", "How much", "What number of"],
+                  "name": ["Who", "What", "Which", "Where", "What is the name of"]}
+# Entities no corpus of ordinary documents is likely to mention; each is checked against the index.
+ABSENT_ENTITIES = [
+    "Ada Lovelace", "Zanzibar", "the Atacama Desert", "Rabindranath Tagore", "Reykjavik", "the Okavango Delta", "Hedy Lamarr",
+    "Ulaanbaatar", "the Mariana Trench", "Srinivasa Ramanujan", "Lake Titicaca", "Grace Hopper", "Timbuktu", "the Kármán line",
+    "Frida Kahlo", "Svalbard", "Emmy Noether", "the Nazca Lines", "Tbilisi", "Chien-Shiung Wu",
+]
+QG_SYSTEM = "You write one short quiz question. Reply with the question only."
+
+
+@dataclass
+class GenerationReport:
+    requested: int = 0
+    by_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+    llm_calls: int = 0
+    cache_hits: int = 0
+    in_set: dict[str, int] = field(default_factory=dict)  # items of each kind in the written set
+
+    def count(self, kind: str, outcome: str) -> None:
+        entry = self.by_kind.setdefault(kind, {"candidates": 0, "accepted": 0, "rejected": {}})
+        entry["candidates"] += 1
+        if outcome == "accepted":
+            entry["accepted"] += 1
+        else:
+            entry["rejected"][outcome] = entry["rejected"].get(outcome, 0) + 1
+
+    def summary(self) -> dict[str, Any]:
+        rejected: dict[str, int] = {}
+        for entry in self.by_kind.values():
+            for reason, n in entry["rejected"].items():
+                rejected[reason] = rejected.get(reason, 0) + n
+        return {
+            "requested": self.requested,
+            "accepted": sum(self.in_set.values()),  # the items written (a single question that became a part is not one)
+            "candidates": sum(e["candidates"] for e in self.by_kind.values()),
+            "by_kind": {k: {**e, "acceptance": round(e["accepted"] / e["candidates"], 3) if e["candidates"] else 0.0, "in_set": self.in_set.get(k, 0)}
+                        for k, e in self.by_kind.items()},
+            "rejected_by_reason": dict(sorted(rejected.items(), key=lambda kv: -kv[1])),
+            "seconds": round(self.seconds, 1),
+            "llm_calls": self.llm_calls,
+            "cache_hits": self.cache_hits,
+        }
+
+
+# -- 1. the answer span, without the LLM -------------------------------------------------------------
+_YEAR = re.compile(r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|December) (?:\d{1,2}, )?)?1[0-9]{3}\b|\b20[0-9]{2}\b")
+_NUMBER = re.compile(r"\b\d[\d,.]*(?: (?:percent|million|billion|thousand|hundred|km|miles|metres|meters|feet|people|years))?\b")
+_MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
+_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of|de|von|van|the|and) [A-Z][a-zA-Z'\-]+| [A-Z][a-zA-Z'\-]+){0,3}\b")
+
+
+def answer_spans(sentence: str) -> list[tuple[str, str]]:
+    """Candidate answers in ``sentence``: ``(span, type)`` with type ``time``, ``number`` or ``name``;
+    a one-word name counts only after a lower-case word (a capital letter after a full stop says nothing)."""
+    found: list[tuple[str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, kind in ((_YEAR, "time"), (_NUMBER, "number"), (_NAME, "name")):
+        for m in pattern.finditer(sentence):
+            if any(m.start() < b and a < m.end() for a, b in taken):
+                continue
+            span = m.group(0).strip(" ,.")
+            if kind == "name" and (span.lower() in STOPWORDS or len(span) < 3 or (" " not in span and not _MID_SENTENCE.search(sentence[: m.start()]))):
+                continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
+            if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):
+                continue  # a lone digit is rarely what a question asks for
+            taken.append((m.start(), m.end()))
+            found.append((span, kind))
+    return found
+
+
+# -- 2. the question, under a grammar (and a mask for a paraphrase) ------------------------------------
+def question_grammar(kind: str) -> str:
+    starts = " | ".join(gbnf_literal(w) for w in QUESTION_WORDS[kind])
+    return f'root ::= ({starts}) " " word (" " word){{2,24}} "?"\nword ::= [^ ?\\n]{{1,24}}'
+
+
+class BannedWords:
+    """A llama-cpp-python logits processor that never lets a word of ``words`` start (any case)."""
+
+    def __init__(self, token_ids: list[int], words: list[str]):
+        self.token_ids, self.words = np.asarray(sorted(set(token_ids)), dtype=np.intc), sorted(words)
+
+    @classmethod
+    def for_model(cls, llm: Any, words: list[str]) -> "BannedWords":
+        ids: list[int] = []
+        for word in words:
+            for form in {word, word.lower(), word.capitalize()}:
+                for text in (form, " " + form):
+                    pieces = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+                    if pieces:
+                        ids.append(pieces[0])
+        return cls(ids, words)
+
+    def cache_key(self) -> dict[str, list[str]]:
+        return {"banned_words": self.words}
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        scores[self.token_ids] = -np.inf
+        return scores
+
+
+def _question_kwargs(generator: Any, kind: str, banned: list[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0}
+    if backend_of(generator) == "llama.cpp":
+        kwargs["grammar"] = gbnf_grammar(question_grammar(kind))
+        if banned:
+            from llama_cpp import LogitsProcessorList
+
+            if getattr(generator, "_model", None) is None:
+                generator.warm_up()
+            kwargs["logits_processor"] = LogitsProcessorList([BannedWords.for_model(generator._model, banned)])
+    return kwargs
+
+
+def _parse_question(text: str) -> str:
+    question = " ".join(text.strip().split())
+    if not question.endswith("?") or len(question.split()) < 3:
+        raise ValueError(f"not a question: {text[:80]!r}")
+    return question
+
+
+def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
+    """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
+    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
+    banned = {w for w in re.findall(r"[A-Za-z0-9]+", answer) if w.lower() not in STOPWORDS}
+    if paraphrase:
+        banned |= {w for w in re.findall(r"[A-Za-z]{4,}", sentence) if w.lower() not in STOPWORDS and w[0].islower()}
+    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
+                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
+                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
+    messages = [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
+    reply = call_llm(generator, messages, _parse_question, _question_kwargs(generator, kind, sorted(banned)), step="testset_question")
+    return (reply.value, None) if reply.ok else (None, "unusable_reply")
+
+
+# -- 3. the round trip -----------------------------------------------------------------------------
+def longest_copied_run(question: str, text: str) -> int:
+    """The longest run of consecutive words the question shares with ``text``."""
+    q, t = normalize_answer(question).split(), " " + normalize_answer(text) + " "
+    best = 0
+    for i in range(len(q)):
+        for j in range(i + best + 1, len(q) + 1):
+            if " " + " ".join(q[i:j]) + " " in t:
+                best = j - i
+            else:
+                break
+    return best
+
+
+def _words(text: str) -> set[str]:
+    return set(normalize_answer(text).split()) - STOPWORDS
+
+
+def is_near_duplicate(question: str, kept: list[str]) -> bool:
+    mine = _words(question)
+    return any(mine and len(mine & _words(k)) / len(mine | _words(k)) >= DUPLICATE_OVERLAP for k in kept)
+
+
+def answered_from_chunk(answer_step: Callable[[str, Document], str], question: str, chunk: Document, answer: str) -> float:
+    """F1 of what the grounded answer step gives back for ``question`` reading ``chunk`` alone."""
+    return f1_score(strip_citations(answer_step(question, chunk)), [answer])
+
+
+def grounded_answer_step(generator: Any, embedder: str = "all-MiniLM-L6-v2") -> Callable[[str, Document], str]:
+    """The engine's own span answer (evidence sentence + span-constrained decoding) over one chunk."""
+    from ragkit.components.evidence_selector import EvidenceSelector
+    from ragkit.components.guarded_generator import GuardedGenerator
+    from ragkit.llm.prompts import evidence_messages
+
+    selector, answer = EvidenceSelector(embedder=embedder), GuardedGenerator(chat_generator=generator, answer_mode="grounded", max_tokens=32)
+
+    def run(question: str, chunk: Document) -> str:
+        evidence = selector.run(query=question, documents=[chunk], mode="grounded")["evidence"]
+        out = answer.run(messages=evidence_messages(evidence, question), documents=[chunk], mode="grounded", query=question, evidence=evidence)
+        return out["replies"][0].text if out["ok"] else ""
+
+    return run
+
+
+# -- 4. multi and unanswerable items from kept ones, no LLM -------------------------------------------
+def join_parts(first: EvalItem, second: EvalItem) -> EvalItem:
+    q2 = second.question[0].lower() + second.question[1:] if not second.question.split()[0].isupper() else second.question
+    parts = [{"question": it.question, "answers": it.answers, "chunks": it.chunks} for it in (first, second)]
+    return EvalItem(question=f"{first.question.rstrip('?')}, and {q2}", answers=first.answers + second.answers, kind="multi",
+                    chunks=first.chunks + second.chunks, parts=parts, meta={"from": [first.id, second.id]})
+
+
+def absent_entity(index: RagIndex, rng: random.Random, used: set[str]) -> str | None:
+    """An entity from :data:`ABSENT_ENTITIES` none of whose words the index has seen."""
+    for name in rng.sample(ABSENT_ENTITIES, len(ABSENT_ENTITIES)):
+        if name not in used and not index.term_weights(name.replace("the ", "")):
+            return name
+    return None
+
+
+def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used: set[str]) -> EvalItem | None:
+    """The item's question about another entity: its proper name (not the answer) replaced by one absent from the index."""
+    names = [m.group(0) for m in _NAME.finditer(item.question[1:]) if m.group(0) not in " ".join(item.answers)]
+    if not names:
+        return None
+    entity = absent_entity(index, rng, used)
+    if entity is None:
+        return None
+    used.add(entity)
+    original = max(names, key=len)
+    if re.search(rf"\bthe {re.escape(original)}", item.question, re.I) and entity.startswith("the "):
+        entity = entity[4:]  # "the Mongol force" -> "the Mariana Trench force", not "the the …"
+    return EvalItem(question=item.question.replace(original, entity, 1), kind="unanswerable", meta={"from": item.id, "replaced": [original, entity]})
+
+
+# -- the whole generation --------------------------------------------------------------------------
+def generate_testset(
+    index: RagIndex, chat_generator: Any, n: int = 40, mix: dict[str, float] | None = None, seed: int = 0,
+    chunk_ids: list[str] | None = None, embedder: str | None = None, judge: bool = True, progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[EvalItem], GenerationReport]:
+    """``n`` items from ``index``'s chunks (or ``chunk_ids``), in the proportions of ``mix``. The LLM calls
+    are traced as one ``testset`` step, so the report's ``llm_calls`` are exact (cache hits are not calls)."""
+    from haystack import tracing
+
+    from ragkit.pipeline.trace import RagkitTracer
+
+    started = time.perf_counter()
+    mix = mix or DEFAULT_MIX
+    if set(mix) - set(DEFAULT_MIX) or any(v < 0 for v in mix.values()):
+        raise ValueError(f"mix takes the kinds {sorted(DEFAULT_MIX)} with shares >= 0, not {mix}")
+    report = GenerationReport(requested=n)
+    rng = random.Random(seed)
+    wanted = {kind: round(n * mix.get(kind, 0.0)) for kind in DEFAULT_MIX}
+    wanted["single"] += n - sum(wanted.values())  # rounding goes to the plain kind
+    # single questions also become the multi items' parts and the unanswerable items' originals
+    need = {"single": wanted["single"] + 2 * wanted["multi"] + wanted["unanswerable"], "paraphrase": wanted["paraphrase"]}
+    ids = list(chunk_ids) if chunk_ids is not None else list(index.chunks)
+    rng.shuffle(ids)
+    answer_step = grounded_answer_step(chat_generator, embedder or index.embedder)
+    kept: dict[str, list[EvalItem]] = {"single": [], "paraphrase": []}
+    with RagkitTracer().collect() as trace, tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "testset", "haystack.component.type": "generate_testset"}):
+        for i in range(4 * sum(need.values()) + 10):  # candidates tried at most: a corpus without spans ends, never loops
+            open_kinds = [k for k in kept if len(kept[k]) < need[k]]
+            if not open_kinds or not ids:
+                break
+            kind = min(open_kinds, key=lambda k: len(kept[k]) / need[k])  # the kind furthest behind
+            seen = [item.question for items in kept.values() for item in items]
+            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, seen, judge)
+            report.count(kind, outcome)
+            if item is not None:
+                kept[kind].append(item)
+            if progress:
+                progress(sum(len(v) for v in kept.values()), sum(need.values()))
+    report.llm_calls, report.cache_hits = trace.llm_calls, trace.cache_hits
+    items = kept["paraphrase"][: wanted["paraphrase"]]
+    pool = kept["single"]
+    rng.shuffle(pool)
+    plain = [pool.pop() for _ in range(min(wanted["single"], len(pool)))]
+    items += plain
+    joined = 0
+    while joined < wanted["multi"] and len(pool) >= 2:
+        first = pool.pop()
+        partner = next((p for p in pool if set(p.chunks).isdisjoint(first.chunks)), None)
+        report.count("multi", "accepted" if partner else "no_second_chunk")
+        if partner is not None:
+            pool.remove(partner)
+            items.append(join_parts(first, partner))
+            joined += 1
+    used: set[str] = set()
+    swapped_n = 0
+    for source in pool + plain:
+        if swapped_n >= wanted["unanswerable"]:
+            break
+        swapped = unanswerable_from(source, index, rng, used)
+        if swapped is not None and is_near_duplicate(swapped.question, [i.question for i in items]):
+            swapped = None
+        report.count("unanswerable", "accepted" if swapped else "no_entity_to_replace")
+        if swapped is not None:
+            items.append(swapped)
+            swapped_n += 1
+    report.seconds = time.perf_counter() - started
+    report.in_set = {kind: sum(1 for it in items if it.kind == kind) for kind in DEFAULT_MIX}
+    return items, report
+
+
+def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool) -> tuple[EvalItem | None, str]:
+    text = chunk.content or ""
+    sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not text[a:b].lstrip().startswith("#")]
+    options = [(s, span, t) for s in sentences for span, t in answer_spans(s)]
+    if not options:
+        return None, "no_answer_span"
+    sentence, answer, answer_kind = rng.choice(options)
+    question, why = write_question(generator, sentence, answer, answer_kind, paraphrase=kind == "paraphrase")
+    if question is None:
+        return None, why
+    if set(normalize_answer(answer).split()) <= set(normalize_answer(question).split()):
+        return None, "answer_in_question"
+    if longest_copied_run(question, text) > MAX_COPIED_WORDS[kind]:
+        return None, "copies_the_chunk"
+    if is_near_duplicate(question, kept):
+        return None, "duplicate"
+    returned = answered_from_chunk(answer_step, question, chunk, answer)
+    if returned < ANSWERED_F1:
+        return None, "not_answerable_from_its_chunk"
+    meta: dict[str, Any] = {"sentence": sentence, "answer_type": answer_kind, "round_trip_f1": round(returned, 3)}
+    if judge:
+        try:
+            meta["judge_p_answerable"] = round(yes_probability(generator, context_messages([chunk], sufficiency_task(question)), step="testset_judge"), 3)
+        except RuntimeError as exc:  # an unusable judge reply is recorded, not fatal: the round trip decided
+            meta["judge_error"] = str(exc)[:120]
+    return EvalItem(question=question, answers=[answer], kind=kind, chunks=[chunk.id], source=chunk.meta.get("source"), meta=meta), "accepted"

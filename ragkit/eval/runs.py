@@ -1,0 +1,217 @@
+"""An evaluation run you can trust and repeat: a snapshot folder, resumable, with every row kept.
+
+``runs/NAME/`` holds:
+
+* ``run.json`` — what was measured: the strategy (name, version, ``Features``), the ``RagConfig``, the
+  models' fingerprints (the GGUF's sha256, or the server and model name), the judge's, ragkit's version
+  and git commit, the test set's path and sha256, the limit;
+* ``rows.jsonl`` — one scored row per item (:func:`ragkit.eval.scoring.score_item`), appended and
+  ``fsync``'d one at a time, so a run killed with ``kill -9``, Ctrl-C or a full disk keeps every row
+  it finished; a half-written last line is dropped on the next start;
+* ``summary.json`` — the aggregates (:func:`ragkit.eval.scoring.aggregate`), written atomically at the end.
+
+Starting a run whose folder exists resumes it: the items already in ``rows.jsonl`` are skipped, none is
+asked twice. A folder written for another strategy, test set or model — or by another run format — is
+refused with what differs, so two different things never share a name. ``plan`` says, before a call is
+made, how many LLM calls a run needs and roughly how long it takes (``ragkit eval --dry-run``).
+
+Usage::
+
+    run = EvalRun.open("runs/grading", strategy, config, "set.jsonl", items)
+    summary = run.execute(rag, judge=LocalJudge(llm), cache=LLMCache(path))
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ragkit import __version__
+from ragkit.config import RagConfig
+from ragkit.eval.scoring import aggregate, score_item
+from ragkit.eval.strategies import Strategy
+from ragkit.eval.testset import EvalItem, testset_sha256
+from ragkit.llm.cache import LLMCache, llm_cache, model_fingerprint
+
+RUN_FORMAT = 1
+# Seconds per LLM call on 2 cores, measured (docs/answers.md, bench/results/answer_quality.json): what a
+# dry run multiplies by. A model not listed gets the larger one.
+SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 1.0, "qwen2.5-coder-1.5b": 2.2}
+
+
+class RunMismatch(ValueError):
+    """The run folder was written for something else (another strategy, test set, model or format)."""
+
+
+class RunStopped(RuntimeError):
+    """The run stopped before its end (a full disk); the rows it finished are kept."""
+
+
+def git_commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
+
+
+def estimated_calls(strategy: Strategy, item: EvalItem, judged: bool) -> int:
+    """LLM calls one item is likely to cost: the answer, each LLM step the strategy turns on, the judge."""
+    f = strategy.features
+    per_part = 1 + sum(bool(x) for x in (f.hyde, f.grading and f.grader_backend == "llm", f.hallucination_check, f.multi_hop, f.rewrite and f.rewrite_backend == "llm"))
+    parts = max(len(item.parts), 1) if f.decompose else 1
+    return per_part * parts + (2 if judged else 0)
+
+
+@dataclass
+class Plan:
+    items: int
+    skipped_missing_chunks: int
+    already_done: int
+    llm_calls: int
+    seconds: float
+
+    def text(self) -> str:
+        left = self.items - self.already_done
+        took = f"{self.seconds:.0f} s" if self.seconds < 120 else f"{self.seconds / 60:.0f} min"
+        return (f"{left} of {self.items} items to ask ({self.already_done} already in the run, {self.skipped_missing_chunks} skipped: their chunks are gone), "
+                f"about {self.llm_calls} LLM calls, roughly {took} on 2 cores")
+
+
+@dataclass
+class EvalRun:
+    directory: Path
+    meta: dict[str, Any]
+    items: list[EvalItem]
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    missing_chunks: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, directory: str | Path, strategy: Strategy, config: RagConfig, testset_path: str | Path, items: list[EvalItem],
+             known_chunks: set[str] | None = None, limit: int | None = None, judge_model: str | None = None, chat_generator: Any = None) -> "EvalRun":
+        """The run in ``directory``: new, or the one there to resume (refused if it measured something else)."""
+        directory = Path(directory)
+        missing = [it.id for it in items if it.chunks and known_chunks is not None and not set(it.chunks) <= known_chunks]
+        kept = [it for it in items if it.id not in set(missing)][:limit]
+        meta = {
+            "format": RUN_FORMAT, "ragkit_version": __version__, "git_commit": git_commit(),
+            "strategy": {"name": strategy.name, "version": strategy.version, "features": strategy.features.to_dict()},
+            "config": config.to_dict(), "model": config.models.llm,
+            "model_fingerprint": model_fingerprint(chat_generator) if chat_generator is not None else None,
+            "judge_model": judge_model, "testset": {"path": str(testset_path), "sha256": testset_sha256(testset_path), "items": len(items)},
+            "limit": limit, "items_measured": len(kept), "skipped_missing_chunks": len(missing), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        run = cls(directory, meta, kept, missing_chunks=missing)
+        if (directory / "run.json").exists():
+            run._check_same(json.loads((directory / "run.json").read_text(encoding="utf-8")))
+            run.done = run._read_rows()
+        return run
+
+    def _check_same(self, stored: dict[str, Any]) -> None:
+        if stored.get("format") != RUN_FORMAT:
+            raise RunMismatch(f"{self.directory} was written by another ragkit run format ({stored.get('format')}, ragkit {stored.get('ragkit_version')}); "
+                              "start a new run under another --name")
+        for key in ("strategy", "model", "model_fingerprint", "judge_model"):
+            if stored.get(key) != self.meta[key]:
+                raise RunMismatch(f"{self.directory} measured another {key} ({stored.get(key)!r}, now {self.meta[key]!r}); start a new run under another --name")
+        if stored["testset"]["sha256"] != self.meta["testset"]["sha256"]:
+            raise RunMismatch(f"{self.directory} measured another test set (sha256 {stored['testset']['sha256'][:12]}…, now "
+                              f"{self.meta['testset']['sha256'][:12]}…); start a new run under another --name")
+        self.meta["created"] = stored.get("created", self.meta["created"])
+
+    def _read_rows(self) -> dict[str, dict[str, Any]]:
+        path = self.directory / "rows.jsonl"
+        if not path.exists():
+            return {}
+        raw = path.read_bytes()
+        complete = raw[: raw.rfind(b"\n") + 1]
+        if len(complete) != len(raw):  # killed in the middle of a line: that row was never finished
+            with open(path, "r+b") as fh:
+                fh.truncate(len(complete))
+        rows = [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
+        return {r["id"]: r for r in rows}
+
+    def plan(self, seconds_per_call: float | None = None) -> Plan:
+        strategy = Strategy(self.meta["strategy"]["name"], self.meta["strategy"]["version"], self._features())
+        left = [it for it in self.items if it.id not in self.done]
+        calls = sum(estimated_calls(strategy, it, self.meta["judge_model"] is not None) for it in left)
+        per_call = seconds_per_call or SECONDS_PER_CALL.get(self.meta["model"], max(SECONDS_PER_CALL.values()))
+        return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls, calls * per_call)
+
+    def _features(self):
+        from ragkit.pipeline.features import Features
+
+        return Features.from_dict(self.meta["strategy"]["features"])
+
+    def execute(self, rag: Any, judge: Any = None, embed: Callable | None = None, cache: LLMCache | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Ask every item not yet in the run, score and append each row; returns the summary."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self.directory / "run.json", self.meta)
+        k = rag.features.top_k
+        known = set(rag.index.chunks) if getattr(rag, "index", None) is not None else None
+        with open(self.directory / "rows.jsonl", "a", encoding="utf-8") as out:
+            for item in self.items:
+                if item.id in self.done:
+                    continue
+                with llm_cache(cache):
+                    result = rag.ask(item.question)
+                    row = score_item(item, result, k, judge=judge, embed=embed, known_chunks=known)
+                try:
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise RunStopped(f"the disk is full: {len(self.done)} rows are kept in {self.directory / 'rows.jsonl'}; "
+                                         "free some space and run the same command again to go on") from None
+                    raise
+                self.done[item.id] = row
+                if progress:
+                    progress(len(self.done), len(self.items))
+        summary = self.summary()
+        _write_atomically(self.directory / "summary.json", summary)
+        return summary
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [self.done[it.id] for it in self.items if it.id in self.done]
+
+    def summary(self) -> dict[str, Any]:
+        return {"run": self.meta, "aggregates": aggregate(self.rows())}
+
+
+def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load_run(directory: str | Path) -> dict[str, Any]:
+    """A finished or partial run as ``{"run": meta, "rows": [...], "aggregates": {...}}`` (for reports)."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{directory} is not a ragkit run (no run.json)") from None
+    if meta.get("format") != RUN_FORMAT:
+        raise RunMismatch(f"{directory} was written by another ragkit run format ({meta.get('format')}); this ragkit reads format {RUN_FORMAT}")
+    path = directory / "rows.jsonl"
+    lines = [line for line in (path.read_text(encoding="utf-8") if path.exists() else "").splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):  # only the last line may be half-written (a killed run)
+                raise ValueError(f"{path}: line {number} is not a row") from None
+    return {"run": meta, "rows": rows, "aggregates": aggregate(rows)}

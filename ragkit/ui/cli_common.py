@@ -1,0 +1,37 @@
+"""What every ``ragkit`` command shares: the config its flags make, and one way to print user text.
+
+:func:`shown` is the one escaping function for terminal output: rich markup escaped, control characters
+(ANSI escape sequences included) shown as ``\\x1b`` rather than obeyed, so a file name or an answer
+cannot clear the screen or fake output.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from ragkit.config import RagConfig
+
+
+def config_from_args(args) -> RagConfig:
+    """``--config`` FILE (else ``RagConfig()``), then ``RAGKIT_*`` variables, then the command's own flags."""
+    config = RagConfig.from_yaml(args.config) if args.config else RagConfig()
+    config = RagConfig.from_env(config)
+    if getattr(args, "llm", None):
+        config.models.llm = args.llm
+    if getattr(args, "top_k", None):
+        config.top_k = args.top_k
+    if getattr(args, "mode", None):
+        config.retrieval_mode = args.mode
+    if getattr(args, "hierarchical", False):
+        config.index.hierarchical = True
+    config.validate()
+    return config
+
+
+def shown(value) -> str:
+    """A user- or document-derived string as terminal text: rich markup escaped ("[draft]" stays
+    visible, "[/]" cannot crash the display), control characters (ANSI escapes) shown, not obeyed."""
+    from rich.markup import escape
+
+    text = "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+    return escape(text)

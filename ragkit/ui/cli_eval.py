@@ -1,0 +1,267 @@
+"""The evaluation commands of the ``ragkit`` CLI: which features help on *your* documents, measured.
+
+    ragkit testset generate sample_docs/ --n 40 -o set.jsonl      # questions from your own chunks (a folder or an index)
+    ragkit eval --features grading --testset set.jsonl --name grading [--limit N] [--dry-run]
+    ragkit report runs/plain runs/grading -o report.md            # differences with 95%% intervals, McNemar
+    ragkit tune --testset set.jsonl --latency-budget 3             # chosen on one half, reported on the other
+    ragkit strategies list | add NAME features.yaml
+
+Runs go to ``runs/NAME`` (``--runs-dir``); LLM replies are kept in ``~/.cache/ragkit/llm_cache.sqlite``
+(``--cache``; ``--no-cache`` bypasses it), so a rerun or a re-scoring makes no LLM call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ragkit.llm.models import cache_dir
+from ragkit.ui.cli_common import config_from_args, shown
+
+
+def default_cache_path() -> Path:
+    return cache_dir() / "llm_cache.sqlite"
+
+
+def _index_for(args, console, config):
+    """The index the command reads: ``--index-dir``, built from PATH first when PATH is a folder of documents."""
+    from ragkit.index.store import RagIndex
+
+    target = getattr(args, "path", None)
+    if target and RagIndex.exists(target):
+        return RagIndex.load(target, expected_embedder=config.models.embedder)
+    if target:
+        from ragkit.index.indexer import build_index
+
+        source = Path(target)
+        if not source.exists():
+            raise ValueError(f"{target}: no such file or folder")
+        report = build_index(source, args.index_dir, config, progress=not args.quiet)
+        if not report.total_chunks:
+            raise ValueError(f"{target}: nothing to generate questions from (no readable document; skipped: {len(report.skipped)})")
+        console.print(f"indexed {shown(target)} into {shown(args.index_dir)}: {report.total_chunks} chunks")
+    if not RagIndex.exists(args.index_dir):
+        raise ValueError(f"no index at {args.index_dir}: run `ragkit index PATH` first, or give PATH")
+    return RagIndex.load(args.index_dir, expected_embedder=config.models.embedder)
+
+
+def cmd_testset_generate(args, console) -> int:
+    from ragkit.eval.generate import generate_testset
+    from ragkit.eval.testset import save_testset
+    from ragkit.llm.cache import LLMCache, llm_cache
+    from ragkit.llm.generators import build_chat_generator
+
+
+    config = config_from_args(args)
+    index = _index_for(args, console, config)
+    mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))} if args.mix else None
+    llm = build_chat_generator(config.models)
+    cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
+    with llm_cache(cache):
+        items, report = generate_testset(index, llm, n=args.n, mix=mix, seed=args.seed)
+    save_testset(items, args.output)
+    summary = report.summary()
+    console.print(f"wrote {shown(args.output)}: {len(items)} items of {args.n} asked, from {summary['candidates']} candidates "
+                  f"({summary['llm_calls']} LLM calls, {summary['cache_hits']} cache hits, {summary['seconds']:.0f} s)")
+    for kind, entry in summary["by_kind"].items():
+        console.print(f"  {kind:13} {entry['in_set']:3} in the set; {entry['accepted']:3} of {entry['candidates']:3} candidates passed ({entry['acceptance']:.0%})")
+    if summary["rejected_by_reason"]:
+        console.print("  rejected: " + ", ".join(f"{reason} {n}" for reason, n in summary["rejected_by_reason"].items()))
+    Path(str(args.output) + ".report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return 0 if items else 3
+
+
+def _make_rag(config, index, llm):
+    from ragkit.pipeline.engine import AgenticRAG
+
+    return lambda features: AgenticRAG(features, config=config, index=index, chat_generator=llm)
+
+
+def _judge(args, config, llm):
+    from dataclasses import replace
+
+    from ragkit.eval.judge import LocalJudge
+    from ragkit.llm.generators import build_chat_generator
+
+    if args.judge_llm == "none":
+        return None
+    generator = llm if args.judge_llm in (None, config.models.llm) else build_chat_generator(replace(config.models, llm=args.judge_llm))
+    judge = LocalJudge(generator)
+    judge.model_name = args.judge_llm or config.models.llm
+    return judge
+
+
+def _embed(config):
+    from ragkit.llm.generators import shared_text_embedder
+
+    embedder = shared_text_embedder(config.models.embedder)
+
+    def similarity(answer: str, gold: list[str]) -> float:
+        import numpy as np
+
+        vectors = np.asarray(embedder.embedding_backend.embed([answer, *gold], normalize_embeddings=True, show_progress_bar=False))
+        return float(max(vectors[1:] @ vectors[0]))
+
+    return similarity
+
+
+def cmd_eval(args, console) -> int:
+    from ragkit.eval.runs import EvalRun, RunStopped
+    from ragkit.eval.strategies import resolve
+    from ragkit.eval.testset import load_testset
+    from ragkit.llm.cache import LLMCache
+    from ragkit.llm.generators import build_chat_generator
+
+
+    config = config_from_args(args)
+    strategy = resolve(args.features)
+    items, problems = load_testset(args.testset)
+    for problem in problems[:20]:
+        console.print(f"[yellow]skipped[/] {shown(args.testset)} {shown(problem)}")
+    index = _index_for(args, console, config)
+    llm = build_chat_generator(config.models)
+    judge = _judge(args, config, llm)
+    run = EvalRun.open(Path(args.runs_dir) / (args.name or strategy.label), strategy, config, args.testset, items, known_chunks=set(index.chunks),
+                       limit=args.limit, judge_model=getattr(judge, "model_name", None), chat_generator=llm)
+    plan = run.plan()
+    if run.missing_chunks:
+        console.print(f"[yellow]{len(run.missing_chunks)} items name chunks that are no longer in the index:[/] they are skipped; the other {len(run.items)} are evaluated")
+    console.print(plan.text())
+    if args.dry_run:
+        return 0
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(run.items), initial=len(run.done), desc=strategy.label, disable=args.quiet)
+    cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
+    try:
+        summary = run.execute(_make_rag(config, index, llm)(strategy.features), judge=judge, embed=_embed(config), cache=cache,
+                              progress=lambda done, total: bar.update(done - bar.n))
+    except RunStopped as exc:
+        console.print(f"[bold red]stopped:[/] {shown(exc)}")
+        return 3
+    finally:
+        bar.close()
+    agg = summary["aggregates"]
+    shown_measures = [m for m in ("recall@k", "mrr", "f1", "correct", "faithfulness", "context_relevance", "correct_decline", "false_decline") if m in agg]
+    console.print(f"{run.directory}: {agg['rows']} rows; " + "; ".join(f"{m} {agg[m]['mean']:.3f} (n={agg[m]['n']}" + (f", {agg[m]['failed']} failed" if agg[m]['failed'] else "") + ")"
+                                                           for m in shown_measures if agg[m]["mean"] is not None)
+                  + (f"; p50 {agg['latency_s']['p50']:.2f} s" if "latency_s" in agg else ""))
+    return 0
+
+
+def cmd_report(args, console) -> int:
+    from ragkit.eval.compare import markdown_report
+    from ragkit.eval.runs import load_run
+
+    runs = [load_run(path) for path in args.runs]
+    hashes = {r["run"]["testset"]["sha256"] for r in runs}
+    if len(hashes) > 1:
+        raise ValueError("these runs measured different test sets; a comparison needs the same questions")
+    text = markdown_report(runs, quality=args.quality)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        console.print(f"wrote {shown(args.output)}")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_tune(args, console) -> int:
+    from ragkit.eval.strategies import resolve
+    from ragkit.eval.testset import load_testset
+    from ragkit.eval.tune import builtin_space, toggle_space, tune
+    from ragkit.llm.cache import LLMCache
+    from ragkit.llm.generators import build_chat_generator
+
+
+    config = config_from_args(args)
+    items, problems = load_testset(args.testset)
+    index = _index_for(args, console, config)
+    llm = build_chat_generator(config.models)
+    if args.strategies == "toggles":
+        candidates = toggle_space()
+    elif args.strategies:
+        candidates = [resolve(name) for name in args.strategies.split(",")]
+    else:
+        candidates = builtin_space(["plain", "hyde", "rerank", "grading", "self_correction", "full", "dense_only", "sparse_only"])
+    cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
+    report = tune(_make_rag(config, index, llm), items, candidates, args.latency_budget, args.runs_dir, args.testset, config,
+                  judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks),
+                  progress=lambda text: console.print(text))
+    out = Path(args.runs_dir) / "tune.json"
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    correct = report["report_half"]["measures"].get(args.quality, {})
+    console.print(f"chosen on the tuning half ({report['halves']['tuning']} items): {report['chosen']}; Pareto front: {', '.join(report['pareto_front'])}")
+    if correct:
+        console.print(f"on the reporting half ({report['halves']['reporting']} items), {report['chosen']} vs {report['baseline']}: "
+                      f"{args.quality} {correct['b']:.3f} vs {correct['a']:.3f}, difference {correct['difference']:+.3f} "
+                      f"[{correct['interval_95'][0]:+.3f}, {correct['interval_95'][1]:+.3f}] — {correct['verdict']}")
+    console.print(f"wrote {shown(out)}")
+    return 0
+
+
+def cmd_strategies(args, console) -> int:
+    from ragkit.eval import strategies
+
+    if args.action == "add":
+        if not args.name or not args.file:
+            raise ValueError("usage: ragkit strategies add NAME FEATURES.yaml")
+        added = strategies.add(args.name, args.file)
+        console.print(f"added {added.label} ({shown(strategies.folder())})")
+        return 0
+    from ragkit.pipeline.features import Features
+
+    default = Features().to_dict()
+    for strategy in strategies.available():
+        changed = [k if v is True else f"{k}={v}" for k, v in strategy.features.to_dict().items() if v != default[k]] or ["plain RAG"]
+        console.print(f"{strategy.label:18} {strategy.version:8} {shown(', '.join(changed))}")
+    return 0
+
+
+def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    cache = argparse.ArgumentParser(add_help=False)
+    cache.add_argument("--cache", help=f"LLM-reply cache file (default {default_cache_path()})")
+    cache.add_argument("--no-cache", action="store_true", help="ask the LLM every time")
+    cache.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    testset = sub.add_parser("testset", help="test sets from your own documents").add_subparsers(dest="testset_command", required=True)
+    p = testset.add_parser("generate", parents=[common, cache], help="generate questions from a folder of documents or an index")
+    p.add_argument("path", help="a folder of documents (indexed into --index-dir first) or an index folder")
+    p.add_argument("--n", type=int, default=40, help="items to generate (default 40)")
+    p.add_argument("-o", "--output", required=True, help="the JSONL test set to write")
+    p.add_argument("--mix", help="shares of each kind, e.g. single=0.4,paraphrase=0.25,multi=0.15,unanswerable=0.2")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_testset_generate)
+
+    judged = argparse.ArgumentParser(add_help=False)
+    judged.add_argument("--judge-llm", help="the judge's model (default: the pipeline's; 'none': no judge metrics)")
+    judged.add_argument("--runs-dir", default="runs", help="where run folders go (default runs/)")
+
+    p = sub.add_parser("eval", parents=[common, cache, judged], help="run a strategy on a test set: a resumable run folder with every row")
+    p.add_argument("--features", required=True, help="a strategy name (ragkit strategies list) or a Features YAML file")
+    p.add_argument("--testset", required=True, help="JSONL or CSV test set")
+    p.add_argument("--name", help="the run's name (default: the strategy's)")
+    p.add_argument("--limit", type=int, help="only the first N items")
+    p.add_argument("--dry-run", action="store_true", help="say how many LLM calls and roughly how long; ask nothing")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="compare runs of one test set: differences with 95%% intervals, McNemar's test")
+    p.add_argument("runs", nargs="+", help="run folders; the first is the baseline")
+    p.add_argument("-o", "--output", help="write the Markdown report here")
+    p.add_argument("--quality", default="correct", help="the measure of the Pareto front (default correct)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("tune", parents=[common, cache, judged], help="choose a strategy on half the test set, report it on the other half")
+    p.add_argument("--testset", required=True)
+    p.add_argument("--latency-budget", type=float, help="the most p50 seconds a question may take")
+    p.add_argument("--strategies", help="comma-separated strategy names, or 'toggles' for every combination of hyde/rerank/grading/routing")
+    p.add_argument("--quality", default="correct", help="what to maximise (default correct)")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("strategies", help="list the named strategies, or add yours (a new version each time)")
+    p.add_argument("action", choices=["list", "add"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("file", nargs="?")
+    p.set_defaults(func=cmd_strategies)

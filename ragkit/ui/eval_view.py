@@ -1,0 +1,236 @@
+"""What notebook 09 shows of an evaluation on your own documents: the generated test set, the report with its
+intervals, the quality-vs-latency plot, and the questions that flipped — and the lab that does it with widgets.
+
+The tables and figures are pure functions of test items, runs (:func:`ragkit.eval.runs.load_run`'s dicts)
+and comparisons (:func:`ragkit.eval.compare.compare`), so a test checks what the notebook shows; every value
+is escaped (:func:`ragkit.ui.html.table_html`). :class:`EvalLab` wires them to controls: a folder, how many
+questions, Generate (with a progress bar), two strategies, Run, the report, and a list of flipped questions
+where choosing one shows both answers and the sources each was written from.
+
+Usage::
+
+    lab = EvalLab(folder="sample_docs", index_dir=".ragkit/eval_index", config=config)
+    lab.widget                       # in a notebook cell
+    lab.generate(12); lab.run("plain", "grading"); lab.show_flip(0)    # what the buttons do
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from ragkit.eval.compare import compare, label, pareto_front, quality_and_latency
+from ragkit.ui import plots
+from ragkit.ui.html import table_html
+
+MEASURES = ("recall@k", "mrr", "f1", "correct", "faithfulness", "context_relevance", "correct_decline", "false_decline")
+
+
+def generation_html(summary: dict[str, Any]) -> str:
+    rows = [{"kind": kind, "in the set": e["in_set"], "candidates": e["candidates"], "passed": f"{e['accepted']} ({e['acceptance']:.0%})",
+             "rejected": ", ".join(f"{r} {n}" for r, n in e["rejected"].items()) or "–"} for kind, e in summary["by_kind"].items()]
+    head = (f"<p>{summary['accepted']} items from {summary['candidates']} candidates ({summary['requested']} asked for), "
+            f"{summary['llm_calls']} LLM calls, {summary['cache_hits']} from the cache, {summary['seconds']:.0f} s</p>")
+    return head + table_html(rows)
+
+
+def items_html(items: list[Any], n: int = 8) -> str:
+    return table_html([{"kind": it.kind, "question": it.question, "answer": " | ".join(it.answers) or "(decline)"} for it in items[:n]])
+
+
+def aggregates_html(runs: list[dict[str, Any]]) -> str:
+    rows = []
+    for run in runs:
+        agg = run["aggregates"]
+        row = {"strategy": label(run), "items": agg["rows"]}
+        for m in MEASURES:
+            if agg.get(m) and agg[m]["mean"] is not None:
+                row[m] = f"{agg[m]['mean']:.3f} (n={agg[m]['n']}{', ' + str(agg[m]['failed']) + ' failed' if agg[m]['failed'] else ''})"
+        row["p50 s"] = (agg.get("latency_s") or {}).get("p50")
+        row["LLM calls/q"] = (agg.get("llm_calls") or {}).get("mean")
+        rows.append(row)
+    return table_html(rows)
+
+
+def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
+    rows = []
+    for measure, e in result["measures"].items():
+        test = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
+        rows.append({"measure": measure, "n": e["n"], names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
+                     "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
+    head = f"<p><b>{html.escape(names[1])} vs {html.escape(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
+    return head + table_html(rows)
+
+
+def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct", ax=None, title: str = "quality vs latency"):
+    """Each run a point (p50 seconds, quality); the Pareto front joined by a line."""
+    ax = plots._axes(ax, (6, 3.2))
+    front = set(pareto_front(runs, quality))
+    points = [(label(r), *quality_and_latency(r, quality)) for r in runs]
+    points = [(n, q, t) for n, q, t in points if q is not None and t is not None]
+    for name, q, t in points:
+        ax.scatter([t], [q], color="#2b7bb9" if name in front else "#999999", zorder=3)
+        ax.annotate(name, (t, q), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    line = sorted((t, q) for n, q, t in points if n in front)
+    if len(line) > 1:
+        ax.plot([t for t, _ in line], [q for _, q in line], color="#2b7bb9", linewidth=1, label="Pareto front")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("p50 seconds per question")
+    ax.set_ylabel(quality)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    return ax.figure
+
+
+def per_kind_figure(runs: list[dict[str, Any]], measure: str = "correct", ax=None, title: str | None = None):
+    """``measure`` per kind of question, one bar per run."""
+    ax = plots._axes(ax, (6, 3.2))
+    kinds = sorted({k for r in runs for k in (r["aggregates"].get("by_kind") or {})}) or ["all"]
+    width = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        by_kind = run["aggregates"].get("by_kind") or {"all": run["aggregates"]}
+        values = [((by_kind.get(k) or {}).get(measure) or {}).get("mean") or 0.0 for k in kinds]
+        ax.bar([x + i * width for x in range(len(kinds))], values, width=width, label=label(run))
+    ax.set_xticks([x + width * (len(runs) - 1) / 2 for x in range(len(kinds))], kinds, fontsize=8)
+    ax.set_ylabel(measure)
+    ax.set_ylim(0, 1)
+    ax.set_title(title or f"{measure} by kind of question", fontsize=10)
+    ax.legend(fontsize=8)
+    return ax.figure
+
+
+def flip_html(flip: dict[str, Any], names: tuple[str, str], index: Any = None) -> str:
+    """One flipped question: the gold answer, both answers (right or wrong), and each one's sources."""
+    def sources(ids: list[str] | None) -> str:
+        if not ids:
+            return "<i>no sources</i>"
+        chunks = getattr(index, "chunks", {}) if index is not None else {}
+        items = []
+        for i, doc_id in enumerate(ids[:3], 1):
+            doc = chunks.get(doc_id)
+            text = " ".join(((doc.content if doc else "") or "").split())[:220]
+            items.append(f"<li>[{i}] {html.escape(str(doc.meta.get('source') if doc else doc_id))}: {html.escape(text)}…</li>")
+        return "<ul>" + "".join(items) + "</ul>"
+
+    verdict = lambda ok: "✔ right" if ok else "✘ wrong"  # noqa: E731
+    return (f"<p><b>{html.escape(flip['question'])}</b><br/>gold: {html.escape(' | '.join(flip.get('gold') or []) or '(decline)')}</p>"
+            f"<p>{html.escape(names[0])} ({verdict(flip['a_correct'])}): {html.escape(flip['a'])}</p>{sources(flip.get('a_sources'))}"
+            f"<p>{html.escape(names[1])} ({verdict(flip['b_correct'])}): {html.escape(flip['b'])}</p>{sources(flip.get('b_sources'))}")
+
+
+class EvalLab:
+    """Generate a test set from a folder, run two strategies on it, read the report and the flips."""
+
+    def __init__(self, folder: str | Path = "sample_docs", index_dir: str | Path = ".ragkit/eval_index", config: Any = None,
+                 runs_dir: str | Path = ".ragkit/eval_runs", chat_generator: Any = None, cache: Any = None, judge: Any = None):
+        import ipywidgets as widgets
+
+        from ragkit.config import RagConfig
+        from ragkit.eval.strategies import BUILTIN
+
+        self.config = config or RagConfig()
+        self.index_dir, self.runs_dir, self.cache, self.judge = Path(index_dir), Path(runs_dir), cache, judge
+        self._llm, self.index, self.items, self.runs, self.comparison = chat_generator, None, [], [], None
+        layout = widgets.Layout(width="auto")
+        self.folder = widgets.Text(value=str(folder), description="folder", layout=widgets.Layout(width="320px"))
+        self.n = widgets.IntSlider(value=12, min=4, max=60, step=2, description="questions", layout=widgets.Layout(width="320px"))
+        self.generate_button = widgets.Button(description="Generate", button_style="primary", layout=layout)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="", layout=widgets.Layout(width="220px"))
+        self.strategy_a = widgets.Dropdown(options=list(BUILTIN), value="plain", description="A", layout=widgets.Layout(width="200px"))
+        self.strategy_b = widgets.Dropdown(options=list(BUILTIN), value="grading", description="B", layout=widgets.Layout(width="200px"))
+        self.run_button = widgets.Button(description="Run", button_style="primary", layout=layout, disabled=True)
+        self.status = widgets.HTML()
+        self.test_set = widgets.Output()
+        self.report = widgets.Output()
+        self.flips = widgets.Dropdown(options=[], description="flipped", layout=widgets.Layout(width="95%"))
+        self.flip = widgets.Output()
+        self.generate_button.on_click(lambda _: self._guarded(lambda: self.generate(self.n.value)))
+        self.run_button.on_click(lambda _: self._guarded(lambda: self.run(self.strategy_a.value, self.strategy_b.value)))
+        self.flips.observe(lambda change: change["new"] is not None and self.show_flip(change["new"]), names="value")
+        self.widget = widgets.VBox([
+            widgets.HBox([self.folder, self.n, self.generate_button, self.progress], layout=widgets.Layout(flex_flow="row wrap")),
+            self.test_set,
+            widgets.HBox([self.strategy_a, self.strategy_b, self.run_button], layout=widgets.Layout(flex_flow="row wrap")),
+            self.status, self.report, self.flips, self.flip,
+        ], layout=widgets.Layout(width="100%"))
+
+    def _guarded(self, work) -> None:
+        try:
+            work()
+        except Exception as exc:  # a click must say what went wrong, not leave a traceback in the log
+            self.status.value = f"<b style='color:#d1495b'>{html.escape(type(exc).__name__)}: {html.escape(str(exc)[:300])}</b>"
+
+    def _generator(self):
+        if self._llm is None:
+            from ragkit.llm.generators import build_chat_generator
+
+            self._llm = build_chat_generator(self.config.models)
+        return self._llm
+
+    def generate(self, n: int) -> list[Any]:
+        from IPython.display import HTML, display
+
+        from ragkit.eval.generate import generate_testset
+        from ragkit.index.indexer import build_index
+        from ragkit.index.store import RagIndex
+        from ragkit.llm.cache import llm_cache
+
+        self.status.value = f"indexing {html.escape(self.folder.value)} …"
+        build_index(self.folder.value, self.index_dir, self.config, progress=False)
+        self.index = RagIndex.load(self.index_dir)
+        self.progress.max, self.progress.value = n, 0
+
+        def step(done: int, total: int) -> None:
+            self.progress.max, self.progress.value = total, done
+
+        self.status.value = f"writing {n} questions from {len(self.index)} chunks …"
+        with llm_cache(self.cache):
+            self.items, report = generate_testset(self.index, self._generator(), n=n, progress=step)
+        self.testset_path = self.runs_dir / "testset.jsonl"
+        from ragkit.eval.testset import save_testset
+
+        save_testset(self.items, self.testset_path)
+        self.test_set.clear_output(wait=True)
+        with self.test_set:
+            display(HTML(generation_html(report.summary()) + items_html(self.items)))
+        self.run_button.disabled = not self.items
+        self.status.value = f"{len(self.items)} questions ready: pick two strategies and press Run"
+        return self.items
+
+    def run(self, a: str, b: str) -> dict[str, Any]:
+        from IPython.display import HTML, display
+
+        from ragkit.eval.runs import EvalRun
+        from ragkit.eval.strategies import resolve
+        from ragkit.pipeline.engine import AgenticRAG
+        from ragkit.ui.panel import display_figure
+
+        self.runs = []
+        for name in (a, b):
+            self.status.value = f"running {html.escape(name)} on {len(self.items)} questions …"
+            strategy = resolve(name)
+            evaluation = EvalRun.open(self.runs_dir / name, strategy, self.config, self.testset_path, self.items, known_chunks=set(self.index.chunks),
+                                      judge_model=getattr(self.judge, "model_name", None), chat_generator=self._generator())
+            evaluation.execute(AgenticRAG(strategy.features, config=self.config, index=self.index, chat_generator=self._generator()), judge=self.judge, cache=self.cache)
+            self.runs.append({"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]})
+        self.comparison = compare(*self.runs)
+        names = (label(self.runs[0]), label(self.runs[1]))
+        self.report.clear_output(wait=True)
+        with self.report:
+            display(HTML(aggregates_html(self.runs) + comparison_html(self.comparison, names)))
+            display_figure(quality_latency_figure(self.runs))
+            display_figure(per_kind_figure(self.runs))
+        self.flips.options = [(f"{f['question'][:90]}", i) for i, f in enumerate(self.comparison["flipped"])]
+        self.flips.value = None
+        self.status.value = f"done: {len(self.comparison['flipped'])} questions flipped between {html.escape(a)} and {html.escape(b)}"
+        return self.comparison
+
+    def show_flip(self, i: int) -> str:
+        from IPython.display import HTML, display
+
+        text = flip_html(self.comparison["flipped"][i], (label(self.runs[0]), label(self.runs[1])), self.index)
+        self.flip.clear_output(wait=True)
+        with self.flip:
+            display(HTML(text))
+        return text

@@ -1,0 +1,167 @@
+"""Evaluation runs: a snapshot folder that resumes without losing or repeating a row, refuses a foreign run,
+survives a full disk, and reproduces its answers from the LLM cache with no call."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from haystack.dataclasses import ChatMessage
+
+from ragkit.eval import runs as runs_module
+from ragkit.eval.runs import EvalRun, RunMismatch, RunStopped, load_run
+from ragkit.eval.strategies import resolve
+from ragkit.eval.testset import EvalItem, save_testset
+from ragkit.llm.cache import LLMCache
+from ragkit.pipeline.engine import AgenticRAG
+
+pytestmark = pytest.mark.integration  # the real embedder over sample_docs; the LLM is a counting double
+
+QUESTIONS = ["Where was Nikola Tesla born?", "Which team won Super Bowl 50?", "What does lru_cache do?", "When did the Yuan dynasty end?",
+             "Who founded the Yuan dynasty?", "What is the Rhine?"]
+
+
+class Counting:
+    """A chat generator that names itself for the cache and answers with a citation."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def cache_fingerprint(self) -> str:
+        return "test:eval-runs"
+
+    def run(self, messages, generation_kwargs=None):
+        self.calls += 1
+        return {"replies": [ChatMessage.from_assistant(f"Answer about {messages[-1].text[-30:].strip()} [1].")]}
+
+
+@pytest.fixture
+def testset(tmp_path, sample_index):
+    first_chunk = next(iter(sample_index.chunks))
+    items = [EvalItem(q, ["x"], kind="single", chunks=[first_chunk]) for q in QUESTIONS]
+    items.append(EvalItem("Where was Ada Lovelace born?", kind="unanswerable"))
+    items.append(EvalItem("What is in the deleted file?", ["y"], kind="single", chunks=["no-such-chunk"]))
+    return save_testset(items, tmp_path / "set.jsonl"), items
+
+
+def open_run(folder, testset, index, llm, strategy="plain"):
+    path, items = testset
+    return EvalRun.open(folder, resolve(strategy), _config(), path, items, known_chunks=set(index.chunks), chat_generator=llm)
+
+
+def _config():
+    from ragkit.config import ModelConfig, RagConfig
+
+    return RagConfig(models=ModelConfig(llm="qwen2.5-coder-0.5b"))
+
+
+def rag_for(index, llm):
+    return AgenticRAG(resolve("plain").features, config=_config(), index=index, chat_generator=llm)
+
+
+def test_a_run_records_what_it_measured_and_skips_items_whose_chunks_are_gone(tmp_path, testset, sample_index):
+    llm = Counting()
+    run = open_run(tmp_path / "runs" / "plain", testset, sample_index, llm)
+    assert run.missing_chunks and len(run.items) == len(QUESTIONS) + 1
+    assert "1 skipped: their chunks are gone" in run.plan().text() and run.plan().llm_calls == len(run.items)
+    summary = run.execute(rag_for(sample_index, llm))
+    meta = json.loads((tmp_path / "runs" / "plain" / "run.json").read_text())
+    assert meta["strategy"]["name"] == "plain" and meta["testset"]["sha256"] and meta["model_fingerprint"] == "test:eval-runs"
+    assert meta["ragkit_version"] and meta["skipped_missing_chunks"] == 1
+    assert summary["aggregates"]["rows"] == len(run.items) and summary["aggregates"]["recall@k"]["n"] == len(QUESTIONS)
+    assert load_run(tmp_path / "runs" / "plain")["aggregates"] == summary["aggregates"]
+
+
+def test_a_half_written_row_is_dropped_and_the_run_resumes_without_repeating_one(tmp_path, testset, sample_index):
+    llm = Counting()
+    folder = tmp_path / "run"
+    run = open_run(folder, testset, sample_index, llm)
+    run.items = run.items[:3]
+    run.execute(rag_for(sample_index, llm))
+    with open(folder / "rows.jsonl", "a") as fh:
+        fh.write('{"id": "torn", "answer": "half a ro')  # killed in the middle of a write
+    resumed = open_run(folder, testset, sample_index, llm)
+    assert len(resumed.done) == 3 and resumed.plan().already_done == 3
+    resumed.execute(rag_for(sample_index, llm))
+    ids = [json.loads(line)["id"] for line in (folder / "rows.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == len(resumed.items) and llm.calls == len(resumed.items)
+
+
+def test_a_run_folder_of_something_else_is_refused_with_what_differs(tmp_path, testset, sample_index):
+    llm = Counting()
+    folder = tmp_path / "run"
+    open_run(folder, testset, sample_index, llm).execute(rag_for(sample_index, llm))
+    with pytest.raises(RunMismatch, match="another strategy"):
+        open_run(folder, testset, sample_index, llm, strategy="grading")
+    other = save_testset([EvalItem("Another question?", ["z"])], tmp_path / "other.jsonl")
+    with pytest.raises(RunMismatch, match="another test set"):
+        EvalRun.open(folder, resolve("plain"), _config(), other, [EvalItem("Another question?", ["z"])], chat_generator=llm)
+    meta = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**meta, "format": 99}))
+    with pytest.raises(RunMismatch, match="another ragkit run format"):
+        open_run(folder, testset, sample_index, llm)
+
+
+def test_a_full_disk_stops_the_run_and_keeps_every_finished_row(tmp_path, testset, sample_index, monkeypatch):
+    llm = Counting()
+    folder = tmp_path / "run"
+    real_fsync, calls = os.fsync, {"n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] > 3:  # run.json, then two rows, then the disk fills
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(runs_module.os, "fsync", fsync)
+    with pytest.raises(RunStopped, match="the disk is full: 2 rows are kept"):
+        open_run(folder, testset, sample_index, llm).execute(rag_for(sample_index, llm))
+    monkeypatch.setattr(runs_module.os, "fsync", real_fsync)
+    resumed = open_run(folder, testset, sample_index, llm)
+    assert len(resumed.done) >= 2  # the rows before the full disk (the third may have reached the file before its fsync failed)
+    resumed.execute(rag_for(sample_index, llm))
+    assert len(load_run(folder)["rows"]) == len(resumed.items)
+
+
+def test_a_rerun_with_the_cache_makes_no_llm_call_and_gives_the_same_rows(tmp_path, testset, sample_index):
+    llm, cache = Counting(), LLMCache(tmp_path / "cache.sqlite")
+    first = open_run(tmp_path / "a", testset, sample_index, llm)
+    first.execute(rag_for(sample_index, llm), cache=cache)
+    calls = llm.calls
+    second = open_run(tmp_path / "b", testset, sample_index, llm)
+    second.execute(rag_for(sample_index, llm), cache=cache)
+    assert llm.calls == calls  # not one call more
+    strip = lambda row: {k: v for k, v in row.items() if k not in ("seconds", "step_seconds", "llm_calls", "cache_hits", "prompt_tokens")}  # noqa: E731
+    assert [strip(r) for r in first.rows()] == [strip(r) for r in second.rows()]
+    assert sum(r["llm_calls"] for r in second.rows()) == 0 and sum(r["cache_hits"] for r in second.rows()) == sum(r["llm_calls"] for r in first.rows())
+
+
+@pytest.mark.llm
+def test_ragkit_eval_killed_with_kill_9_resumes_to_a_clean_runs_rows(tmp_path, testset, sample_index_dir):
+    """A real `ragkit eval` process (the 0.5B) killed mid-run: the rerun finishes it, no row lost or repeated."""
+    path, items = testset
+    env = {**os.environ, "RAGKIT_LLM": "qwen2.5-coder-0.5b", "RAGKIT_MAX_NEW_TOKENS": "48"}
+    command = [str(Path(sys.executable).with_name("ragkit")), "eval", "--features", "plain", "--testset", str(path), "--index-dir", str(sample_index_dir),
+               "--judge-llm", "none", "--no-cache", "--quiet", "--runs-dir", str(tmp_path / "runs")]
+    clean = subprocess.run([*command, "--name", "clean"], env=env, capture_output=True, text=True, timeout=600)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    killed = subprocess.Popen([*command, "--name", "killed"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = tmp_path / "runs" / "killed" / "rows.jsonl"
+    deadline = time.monotonic() + 300
+    while not (rows.exists() and rows.read_text().count("\n") >= 2) and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.2)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    partial = rows.read_text().count("\n")
+    assert 2 <= partial < len(items) - 1, partial  # it died mid-run
+    again = subprocess.run([*command, "--name", "killed"], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    answers = lambda name: [(r["id"], r["answer"]) for r in load_run(tmp_path / "runs" / name)["rows"]]  # noqa: E731
+    assert sorted(answers("killed")) == sorted(answers("clean")) and len(answers("killed")) == len(items) - 1

@@ -1,0 +1,173 @@
+"""Evaluation on your own documents, the parts that need no model: test-set files, scores, statistics, strategies."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
+from ragkit.eval.generate import answer_spans, is_near_duplicate, join_parts, longest_copied_run, question_grammar
+from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
+from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
+
+
+# -- test-set files -------------------------------------------------------------------------------
+def test_bad_lines_are_named_and_the_good_ones_kept(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"question": "Where was Tesla born?", "answers": ["Smiljan"]}),
+        "{not json",
+        json.dumps({"answers": ["x"]}),
+        json.dumps({"question": "What did he study?", "colour": "red"}),
+        json.dumps({"question": "Where was Tesla born?", "answers": ["Smiljan"]}),
+        json.dumps({"question": "  "}),
+        json.dumps({"question": "Who won Super Bowl 50?", "answers": "Denver Broncos", "chunk_id": "c1"}),
+    ]) + "\n", encoding="utf-8")
+    items, problems = load_testset(path)
+    assert [i.question for i in items] == ["Where was Tesla born?", "Who won Super Bowl 50?"]
+    assert items[1].answers == ["Denver Broncos"] and items[1].chunks == ["c1"]
+    assert [p.split(":")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5", "line 6"]
+    assert "not JSON" in problems[0] and "no question" in problems[1] and "colour" in problems[2] and "same question" in problems[3]
+
+
+def test_a_csv_test_set_and_a_round_trip_through_jsonl(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("question,answers,source\nWhere was Tesla born?,Smiljan|Smiljan (Croatia),wikipedia/Nikola_Tesla.md\n,,\n", encoding="utf-8")
+    items, problems = load_testset(path)
+    assert items[0].answers == ["Smiljan", "Smiljan (Croatia)"] and items[0].source == "wikipedia/Nikola_Tesla.md"
+    assert problems == ["line 3: question must be a non-empty string"]
+    again, _ = load_testset(save_testset(items, tmp_path / "out.jsonl"))
+    assert again == items
+
+
+def test_unreadable_test_sets_are_clear_errors(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "binary.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
+    (tmp_path / "columns.csv").write_text("q,a\nx,y\n")
+    with pytest.raises(ValueError, match="no usable question"):
+        load_testset(tmp_path / "empty.jsonl")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        load_testset(tmp_path / "binary.jsonl")
+    with pytest.raises(ValueError, match="'question' column"):
+        load_testset(tmp_path / "columns.csv")
+    with pytest.raises(ValueError, match="cannot read"):
+        load_testset(tmp_path / "missing.jsonl")
+
+
+def test_the_shipped_squad_sets_load_as_items_whose_chunk_is_their_paragraph():
+    items = squad_testset("new_wiki", n=20, seed=3)
+    assert len(items) == 20 and all(i.kind == "squad" and i.answers and len(i.chunks) == 1 for i in items)
+    assert squad_testset("new_wiki", n=20, seed=3) == items  # seeded
+
+
+# -- generation's rules that need no model ----------------------------------------------------------
+def test_answer_spans_are_verbatim_typed_and_skip_a_sentence_opening_capital():
+    sentence = "Tesla was born on 10 July 1856 in Smiljan, and moved to New York City in 1884 with 4 letters."
+    spans = dict(answer_spans(sentence))
+    assert spans["July 1856"] == "time" and spans["1884"] == "time" and spans["New York City"] == "name" and spans["Smiljan"] == "name"
+    assert "Tesla" not in spans and "4" not in spans  # the opening word, a lone digit
+    assert all(span in sentence for span in spans)
+
+
+def test_copy_runs_duplicates_and_the_question_grammar():
+    assert longest_copied_run("Where was the famous inventor Tesla born?", "The famous inventor Tesla was born in Smiljan.") == 3  # articles do not count
+    assert is_near_duplicate("Where was Tesla born?", ["Where was Tesla born ?"]) and not is_near_duplicate("What did Tesla study?", ["Where was Tesla born?"])
+    grammar = question_grammar("time")
+    assert grammar.startswith('root ::= ("When" | "In what year" | "In which year")') and '"?"' in grammar
+
+
+def test_a_multi_item_joins_two_questions_about_different_chunks():
+    a = EvalItem("Where was Tesla born?", ["Smiljan"], kind="single", chunks=["c1"])
+    b = EvalItem("Who won Super Bowl 50?", ["Denver Broncos"], kind="single", chunks=["c2"])
+    joined = join_parts(a, b)
+    assert joined.question == "Where was Tesla born, and who won Super Bowl 50?" and joined.chunks == ["c1", "c2"]
+    assert [p["answers"] for p in joined.parts] == [["Smiljan"], ["Denver Broncos"]]
+
+
+# -- scores, never NaN -----------------------------------------------------------------------------
+def test_retrieval_scores_against_the_source_chunks():
+    assert retrieval_scores(["a", "b", "c"], ["b"], k=2) == pytest.approx({"recall@k": 1.0, "mrr": 0.5, "ndcg": 1 / math.log2(3)})
+    assert retrieval_scores(["a", "b", "c"], ["c"], k=2)["recall@k"] == 0.0
+    assert retrieval_scores(["a", "b"], ["a", "z"], k=2)["recall@k"] == 0.5  # one of two chunks of a multi item
+
+
+def test_answer_scores_per_kind():
+    single = EvalItem("Where was Tesla born?", ["Smiljan"], kind="single")
+    assert answer_scores(single, "Smiljan [1]", False) == {"em": 1.0, "f1": 1.0, "correct": 1.0, "false_decline": 0.0}
+    assert answer_scores(single, "The documents don't say.", True)["false_decline"] == 1.0
+    nowhere = EvalItem("Where was Ada Lovelace born?", kind="unanswerable")
+    assert answer_scores(nowhere, "The documents don't say.", True) == {"correct": 1.0, "correct_decline": 1.0}
+    assert answer_scores(nowhere, "London [1]", False)["correct"] == 0.0
+    multi = join_parts(EvalItem("Where was Tesla born?", ["Smiljan"], kind="single"), EvalItem("Who won?", ["Denver Broncos"], kind="single"))
+    assert answer_scores(multi, "Where was Tesla born? Smiljan [1]\nWho won? Carolina [2]", False)["f1"] == pytest.approx(0.5)
+
+
+def test_aggregates_say_over_how_many_rows_and_never_hold_nan():
+    rows = [
+        {"id": "1", "kind": "single", "f1": 1.0, "correct": 1.0, "faithfulness": 0.9, "confidence": 0.8, "seconds": 1.0, "failures": []},
+        {"id": "2", "kind": "single", "f1": 0.0, "correct": 0.0, "confidence": 0.3, "seconds": 2.0,
+         "failures": [{"metric": "faithfulness", "reason": "judge: parse_failed"}]},
+        {"id": "3", "kind": "unanswerable", "correct": 1.0, "correct_decline": 1.0, "seconds": 3.0, "failures": [{"metric": "answer", "reason": "the pipeline failed"}]},
+    ]
+    agg = aggregate(rows)
+    assert agg["f1"] == {"mean": 0.5, "n": 2, "failed": 1} and agg["faithfulness"] == {"mean": 0.9, "n": 1, "failed": 2}
+    assert agg["latency_s"]["p50"] == 2.0 and agg["ece"]["n"] == 2 and set(agg["by_kind"]) == {"single", "unanswerable"}
+    def floats(value):
+        if isinstance(value, dict):
+            return [f for v in value.values() for f in floats(v)]
+        return [value] if isinstance(value, float) else []
+
+    assert floats(agg) and not any(math.isnan(f) for f in floats(agg))
+
+
+# -- statistics -------------------------------------------------------------------------------------
+def test_mcnemar_exact_and_the_paired_bootstrap():
+    assert mcnemar_exact([False] * 10, [True] * 10) == {"a_only": 0, "b_only": 10, "p_value": pytest.approx(2 / 1024)}
+    assert mcnemar_exact([True, False], [False, True])["p_value"] == 1.0
+    diff, low, high = paired_bootstrap([0.0] * 30, [0.0] * 15 + [1.0] * 15)
+    assert diff == 0.5 and 0.3 < low < 0.5 < high < 0.7
+    same = paired_bootstrap([1.0, 0.0] * 20, [1.0, 0.0] * 20)
+    assert same == (0.0, 0.0, 0.0)
+
+
+def _run(name, correct, seconds):
+    rows = [{"id": str(i), "kind": "single", "question": f"q{i}", "answer": "a", "gold": ["a"], "correct": float(c), "f1": float(c), "seconds": seconds,
+             "failures": []} for i, c in enumerate(correct)]
+    meta = {"strategy": {"name": name, "version": "builtin"}, "testset": {"path": "set.jsonl", "sha256": "0" * 64}, "model": "m"}
+    return {"run": meta, "rows": rows, "aggregates": aggregate(rows)}
+
+
+def test_a_comparison_says_no_significant_difference_in_words_and_lists_the_flips():
+    a = _run("plain", [1, 0, 1, 0, 1, 0, 1, 0, 1, 0], 1.0)
+    b = _run("grading", [1, 1, 1, 0, 1, 0, 1, 0, 1, 0], 2.0)
+    result = compare(a, b)
+    correct = result["measures"]["correct"]
+    assert correct["difference"] == 0.1 and correct["verdict"] == "no significant difference" and correct["mcnemar"]["b_only"] == 1
+    assert [f["id"] for f in result["flipped"]] == ["1"]
+    better = compare(_run("plain", [1, 0] * 10, 1.0), _run("all", [1] * 20, 3.0))["measures"]["correct"]
+    assert better["verdict"] == "B better" and better["mcnemar"] == {"a_only": 0, "b_only": 10, "p_value": 0.002}
+    assert pareto_front([a, b, _run("all", [1] * 10, 3.0), _run("slow", [1, 0] * 5, 4.0)]) == ["plain", "grading", "all"]  # slow: beaten on both
+    report = markdown_report([a, b])
+    assert "| correct | 10 | 0.500 | 0.600 | +0.100 |" in report and "no significant difference" in report and "Pareto front" in report
+
+
+# -- strategies -------------------------------------------------------------------------------------
+def test_strategies_are_named_versioned_and_never_overwritten(tmp_path, monkeypatch):
+    from ragkit.eval import strategies
+
+    monkeypatch.setenv("RAGKIT_STRATEGIES", str(tmp_path / "strategies"))
+    (tmp_path / "a.yaml").write_text("grading: true\n")
+    (tmp_path / "b.yaml").write_text("grading: true\nhyde: true\n")
+    assert strategies.add("mine", tmp_path / "a.yaml").label == "mine@1"
+    assert strategies.add("mine", tmp_path / "b.yaml").label == "mine@2"
+    assert strategies.resolve("mine").features.hyde and not strategies.resolve("mine@1").features.hyde
+    assert strategies.resolve("grading").version == "builtin"
+    with pytest.raises(ValueError, match="no strategy 'nope'"):
+        strategies.resolve("nope")
+    with pytest.raises(ValueError, match="built-in"):
+        strategies.add("plain", tmp_path / "a.yaml")
+    (tmp_path / "bad.yaml").write_text("gradin: true\n")
+    with pytest.raises(ValueError):
+        strategies.add("typo", tmp_path / "bad.yaml")
