@@ -276,8 +276,43 @@ def parity_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def agreement_table(d: dict) -> str:
+    """bench/results/eval_agreement.json: does a generated test set rank strategies as the real questions do?"""
+    lines = ["| set | strategies | Kendall τ, retrieval (MRR) | Kendall τ, answers (share right) | judge AUC (n) | generated items (asked) | real questions | model / judge |",
+             "|" + " --- |" * 8]
+    for name, e in d["sets"].items():
+        lines.append(f"| {name} | {len(e['strategies'])} | {e['kendall_tau']['retrieval']:.2f} | {e['kendall_tau']['answer']:.2f} | "
+                     f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
+                     f"{e['real_questions']} | {e['model'].split('-')[-1]} / {e['judge_model'].split('-')[-1]} |")
+    strategies = next(iter(d["sets"].values()))["strategies"]
+    lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
+    for name, e in d["sets"].items():
+        for which in ("generated", "real"):
+            per = e["per_strategy"][which]
+            lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
+    commands = ", ".join(f"`{e['command']}`" for e in d["sets"].values())
+    lines += ["", f"Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings. {commands}"]
+    return "\n".join(lines)
+
+
+def repro_table(d: dict) -> str:
+    """bench/results/eval_repro.json: the same run twice with the cache, and a run killed mid-way."""
+    r, k = d["rerun_with_cache"], d["kill_and_resume"]
+    return "\n".join([
+        "| check | result |", "| --- | --- |",
+        f"| rerun with the LLM cache | {r['identical_rows']} of {r['rows_first']} rows identical ({r['identical_answers']} answers), LLM calls {r['llm_calls_first']} → {r['llm_calls_second']} "
+        f"({r['cache_hits_second']} cache hits), {r['seconds_first']:.0f} s → {r['seconds_second']:.0f} s |",
+        f"| killed with SIGKILL after {k['rows_when_killed']} of {k['rows_clean']} rows, run again | {k['rows_after_resume']} rows, {k['duplicated_rows']} twice, "
+        f"{'the same rows as a clean run' if k['same_rows_as_clean'] else 'rows DIFFER from a clean run'} |",
+    ])
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
+    if load("eval_agreement.json"):
+        out["eval_agreement.json"] = agreement_table(load("eval_agreement.json"))
+    if load("eval_repro.json"):
+        out["eval_repro.json"] = repro_table(load("eval_repro.json"))
     if load("parity.json"):
         out["parity.json"] = parity_table(load("parity.json"))
     retrieval = RESULTS / "retrieval_squad.md"

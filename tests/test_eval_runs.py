@@ -165,3 +165,22 @@ def test_ragkit_eval_killed_with_kill_9_resumes_to_a_clean_runs_rows(tmp_path, t
     assert again.returncode == 0, again.stderr[-2000:]
     answers = lambda name: [(r["id"], r["answer"]) for r in load_run(tmp_path / "runs" / name)["rows"]]  # noqa: E731
     assert sorted(answers("killed")) == sorted(answers("clean")) and len(answers("killed")) == len(items) - 1
+
+
+def test_a_judge_whose_reply_does_not_parse_is_a_counted_failure_not_a_score(tmp_path, testset, sample_index):
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from ragkit.eval.judge import LocalJudge
+
+    llm = Counting()
+    run = open_run(tmp_path / "run", testset, sample_index, llm)
+    run.items = run.items[:3]
+    from ragkit.pipeline.features import Features
+
+    free = AgenticRAG(Features(answer_mode="free"), config=_config(), index=sample_index, chat_generator=llm)  # answers, not declines, to judge
+    summary = run.execute(free, judge=LocalJudge(MockChatGenerator(responses=["banana"])))
+    agg = summary["aggregates"]
+    assert agg["faithfulness"] == {"mean": None, "n": 0, "failed": 3} and agg["context_relevance"] == {"mean": None, "n": 0, "failed": 3}
+    reasons = [f["reason"] for r in run.rows() for f in r["failures"]]
+    assert all(reason.startswith("judge:") for reason in reasons) and "parse_failed" in " ".join(reasons)
+    assert agg["f1"]["n"] == 3  # the rest of each row is scored

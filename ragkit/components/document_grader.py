@@ -116,7 +116,7 @@ class DocumentGrader:
             error = llm_error(exc, self.chat_generator)
             record(llm_calls=1, fallback=f"grader: {error}", error=error)
             return None, error
-        calls = {k: v for k, v in self._probe.usage_since(mark).items() if k in ("llm_calls", "cache_hits")}  # an LLM call, or a cache hit
+        calls = {k: v for k, v in self._probe.usage_since(mark).items() if k in ("llm_calls", "cache_hits", "cache_seconds")}  # an LLM call, or a cache hit
         record(**calls, prompt_tokens=out["prompt_tokens"], prompt_tokens_reused=out["prompt_tokens_reused"], completion_tokens=out["reply_tokens"])
         return list(map(float, out["scores"])), None
 

@@ -38,6 +38,7 @@ from ragkit.eval.scoring import aggregate, score_item
 from ragkit.eval.strategies import Strategy
 from ragkit.eval.testset import EvalItem, testset_sha256
 from ragkit.llm.cache import LLMCache, llm_cache, model_fingerprint
+from ragkit.llm.generators import reset_prompt_cache
 
 RUN_FORMAT = 1
 # Seconds per LLM call on 2 cores, measured (docs/answers.md, bench/results/answer_quality.json): what a
@@ -160,6 +161,9 @@ class EvalRun:
             for item in self.items:
                 if item.id in self.done:
                     continue
+                # every question from a cold llama.cpp prompt cache: its latency does not depend on the question
+                # before it, and a resumed run computes exactly what an uninterrupted one did
+                reset_prompt_cache(getattr(rag, "chat_generator", None))
                 with llm_cache(cache):
                     result = rag.ask(item.question)
                     row = score_item(item, result, k, judge=judge, embed=embed, known_chunks=known)

@@ -88,7 +88,10 @@ def score_item(item: EvalItem, result: Any, k: int, judge: Any = None, embed: An
         "declined": bool(result.declined), "failed": bool(result.failed), "confidence": result.confidence, "exit_reason": result.exit_reason,
         "route": result.route, "sources": [d.id for d in result.sources], "retrieved": retrieved, "gold_chunks": item.chunks,
         "failed_steps": list(result.failed_steps), "error": result.error,
-        "seconds": round(result.seconds, 4), "step_seconds": {s.name: round(s.seconds, 4) for s in result.trace.steps},
+        # an LLM reply served from the cache counts the seconds it took when it was made, so a rerun's latency
+        # is the run's, not the cache's
+        "seconds": round(result.seconds + result.trace.cache_seconds, 4),
+        "step_seconds": {s.name: round(s.seconds + s.cache_seconds, 4) for s in result.trace.steps},
         "llm_calls": result.trace.llm_calls, "prompt_tokens": result.trace.prompt_tokens_evaluated, "cache_hits": result.trace.cache_hits,
     }
     gold = [c for c in item.chunks if known_chunks is None or c in known_chunks]

@@ -22,6 +22,7 @@ Usage::
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
@@ -39,6 +40,8 @@ class LlamaProbe:
         self.reused_tokens = 0
         self.forward_passes = 0
         self.cache_hits = 0
+        self.cache_seconds = 0.0
+        self._started = 0.0
         self._formatter = None
         self._leading_citation_ids: np.ndarray | None = None
 
@@ -46,26 +49,36 @@ class LlamaProbe:
     def supports(generator: Any) -> bool:
         return is_llama_cpp(generator)
 
-    def mark(self) -> tuple[int, int, int, int]:
-        return self.evaluated_tokens, self.reused_tokens, self.forward_passes, self.cache_hits
+    def mark(self) -> tuple[int, int, int, int, float]:
+        return self.evaluated_tokens, self.reused_tokens, self.forward_passes, self.cache_hits, self.cache_seconds
 
-    def usage_since(self, mark: tuple[int, int, int, int], calls: int = 1) -> dict[str, int]:
+    def usage_since(self, mark: tuple[int, int, int, int, float], calls: int = 1) -> dict[str, Any]:
         """What the probes since ``mark`` cost, for ``record``: ``calls`` LLM calls if any forward pass ran,
-        else ``calls`` cache hits; prompt tokens evaluated and reused."""
-        evaluated, reused, passes, hits = mark
-        usage = {"prompt_tokens": (self.evaluated_tokens - evaluated) + (self.reused_tokens - reused), "prompt_tokens_reused": self.reused_tokens - reused}
+        else ``calls`` cache hits (with the seconds they took when made); prompt tokens evaluated and reused."""
+        evaluated, reused, passes, hits, cached_seconds = mark
+        usage: dict[str, Any] = {"prompt_tokens": (self.evaluated_tokens - evaluated) + (self.reused_tokens - reused), "prompt_tokens_reused": self.reused_tokens - reused}
         if self.forward_passes > passes:
             usage["llm_calls"] = calls
         elif self.cache_hits > hits:
-            usage["cache_hits"] = calls
+            usage.update(cache_hits=calls, cache_seconds=round(self.cache_seconds - cached_seconds, 4))
         return usage
 
     def _cached(self, kind: str, prompt: str, parameters: dict[str, Any]) -> tuple[str | None, Any]:
+        """(key, the cached result or None); a hit adds the seconds the call took when it was made to ``cache_seconds``."""
         key = call_key(kind, self.generator, prompt, parameters)
-        value = active_cache().get(key) if key else None
-        if value is not None:
-            self.cache_hits += 1
-        return key, value
+        entry = active_cache().get(key) if key else None
+        if entry is None:
+            self._started = time.perf_counter()
+            return key, None
+        self.cache_hits += 1
+        if not (isinstance(entry, dict) and "value" in entry):  # written before replies kept their seconds
+            return key, entry
+        self.cache_seconds += entry.get("seconds", 0.0)
+        return key, entry["value"]
+
+    def _store(self, key: str | None, kind: str, value: Any) -> None:
+        if key:
+            active_cache().put(key, kind, {"value": value, "seconds": round(time.perf_counter() - self._started, 4)})
 
     @property
     def llm(self):
@@ -131,8 +144,7 @@ class LlamaProbe:
         probs = np.exp(values - values.max())
         probs /= probs.sum()
         result = {label: float(p) for label, p in zip(label_logits, probs)}
-        if key:
-            active_cache().put(key, "choice_probs", result)
+        self._store(key, "choice_probs", result)
         return result
 
     def leading_citation_token_ids(self) -> np.ndarray:
@@ -181,8 +193,7 @@ class LlamaProbe:
         evaluated, reused = prompt_counts or (0, 0)
         decoded = self.evaluated_tokens - start_eval - evaluated
         self.reused_tokens = start_reused + reused  # decoding passes re-read their own reply, not the prompt's cache
-        if key:
-            active_cache().put(key, "score_list", scores)
+        self._store(key, "score_list", scores)
         return {"scores": scores, "prompt_tokens": evaluated + reused, "prompt_tokens_reused": reused, "reply_tokens": decoded}
 
 

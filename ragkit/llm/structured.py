@@ -324,7 +324,7 @@ def call_llm(
     key = call_key("chat", generator, [[m.role.value, m.text] for m in messages], generation_kwargs)
     cached = active_cache().get(key) if key else None
     if cached is not None:  # the same model, prompt and decoding answered this before: no call
-        record(cache_hits=1)
+        record(cache_hits=1, cache_seconds=cached.get("seconds", 0.0))
         text, usage, tokens, finish_reason, deadline_stop = cached["text"], {}, cached["tokens"], cached["finish_reason"], None
         seconds = time.perf_counter() - t0
     else:
@@ -356,7 +356,7 @@ def call_llm(
             prompt_tokens_reused=usage.get("prompt_tokens_reused", 0),
         )
         if key and not (deadline_stop is not None and deadline_stop.stopped):
-            active_cache().put(key, "chat", {"text": text, "tokens": tokens, "finish_reason": finish_reason})
+            active_cache().put(key, "chat", {"text": text, "tokens": tokens, "finish_reason": finish_reason, "seconds": round(seconds, 4)})
     bound = reply_char_bound(generator, generation_kwargs)
     if tokens:
         record(decision={k: (round(v, 4) if isinstance(v, float) else v) for k, v in tokens.items() if k != "tokens"})

@@ -43,6 +43,7 @@ class Step:
     started: float = 0.0  # time.perf_counter() at the start, for waterfall plots
     llm_calls: int = 0
     cache_hits: int = 0  # LLM replies served by the LLM cache (ragkit.llm.cache): no call was made
+    cache_seconds: float = 0.0  # what those calls took when they were made
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_tokens_reused: int = 0
@@ -87,6 +88,10 @@ class Trace:
     @property
     def cache_hits(self) -> int:
         return sum(s.cache_hits for s in self.steps)
+
+    @property
+    def cache_seconds(self) -> float:
+        return sum(s.cache_seconds for s in self.steps)
 
     @property
     def prompt_tokens(self) -> int:
@@ -157,7 +162,7 @@ class _Span(tracing.Span):
     def set_tag(self, key: str, value: Any) -> None:
         if self.stop and key == _INPUT_TAG:
             raise StepReached(self.tags.get("haystack.component.name", self.operation), dict(value or {}))
-        if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused", "_hits")):
+        if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused", "_hits", "_seconds")):
             self.tags[key] += value  # counters accumulate over several LLM calls in one step
         elif key in (_PREFIX + "fallback", _PREFIX + "warning"):
             self.tags.setdefault(key, []).append(value)
@@ -175,6 +180,7 @@ class _Span(tracing.Span):
             started=self.started,
             llm_calls=int(tags.get(_PREFIX + "llm_calls", 0)),
             cache_hits=int(tags.get(_PREFIX + "cache_hits", 0)),
+            cache_seconds=float(tags.get(_PREFIX + "cache_seconds", 0.0)),
             prompt_tokens=int(tags.get(_PREFIX + "prompt_tokens", 0)),
             completion_tokens=int(tags.get(_PREFIX + "completion_tokens", 0)),
             prompt_tokens_reused=int(tags.get(_PREFIX + "prompt_tokens_reused", 0)),

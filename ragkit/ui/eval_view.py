@@ -65,7 +65,7 @@ def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
 
 def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct", ax=None, title: str = "quality vs latency"):
     """Each run a point (p50 seconds, quality); the Pareto front joined by a line."""
-    ax = plots._axes(ax, (6, 3.2))
+    fig, ax = plots.axes(ax, (6, 3.2))
     front = set(pareto_front(runs, quality))
     points = [(label(r), *quality_and_latency(r, quality)) for r in runs]
     points = [(n, q, t) for n, q, t in points if q is not None and t is not None]
@@ -80,12 +80,12 @@ def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct",
     ax.set_ylabel(quality)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    return ax.figure
+    return fig
 
 
 def per_kind_figure(runs: list[dict[str, Any]], measure: str = "correct", ax=None, title: str | None = None):
     """``measure`` per kind of question, one bar per run."""
-    ax = plots._axes(ax, (6, 3.2))
+    fig, ax = plots.axes(ax, (6, 3.2))
     kinds = sorted({k for r in runs for k in (r["aggregates"].get("by_kind") or {})}) or ["all"]
     width = 0.8 / max(len(runs), 1)
     for i, run in enumerate(runs):
@@ -97,7 +97,7 @@ def per_kind_figure(runs: list[dict[str, Any]], measure: str = "correct", ax=Non
     ax.set_ylim(0, 1)
     ax.set_title(title or f"{measure} by kind of question", fontsize=10)
     ax.legend(fontsize=8)
-    return ax.figure
+    return fig
 
 
 def flip_html(flip: dict[str, Any], names: tuple[str, str], index: Any = None) -> str:
@@ -199,32 +199,49 @@ class EvalLab:
         return self.items
 
     def run(self, a: str, b: str) -> dict[str, Any]:
-        from IPython.display import HTML, display
-
         from ragkit.eval.runs import EvalRun
         from ragkit.eval.strategies import resolve
+        from ragkit.eval.testset import testset_sha256
         from ragkit.pipeline.engine import AgenticRAG
-        from ragkit.ui.panel import display_figure
 
         self.runs = []
         for name in (a, b):
             self.status.value = f"running {html.escape(name)} on {len(self.items)} questions …"
             strategy = resolve(name)
-            evaluation = EvalRun.open(self.runs_dir / name, strategy, self.config, self.testset_path, self.items, known_chunks=set(self.index.chunks),
+            folder = self.runs_dir / testset_sha256(self.testset_path)[:12] / name  # a new test set, new runs
+            evaluation = EvalRun.open(folder, strategy, self.config, self.testset_path, self.items, known_chunks=set(self.index.chunks),
                                       judge_model=getattr(self.judge, "model_name", None), chat_generator=self._generator())
             evaluation.execute(AgenticRAG(strategy.features, config=self.config, index=self.index, chat_generator=self._generator()), judge=self.judge, cache=self.cache)
             self.runs.append({"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]})
+        self._show_runs()
+        self.status.value = f"done: {len(self.comparison['flipped'])} questions flipped between {html.escape(a)} and {html.escape(b)}"
+        return self.comparison
+
+    def _show_runs(self) -> None:
+        from IPython.display import HTML, display
+
+        from ragkit.ui.panel import display_figure
+
         self.comparison = compare(*self.runs)
         names = (label(self.runs[0]), label(self.runs[1]))
         self.report.clear_output(wait=True)
         with self.report:
             display(HTML(aggregates_html(self.runs) + comparison_html(self.comparison, names)))
             display_figure(quality_latency_figure(self.runs))
-            display_figure(per_kind_figure(self.runs))
         self.flips.options = [(f"{f['question'][:90]}", i) for i, f in enumerate(self.comparison["flipped"])]
         self.flips.value = None
-        self.status.value = f"done: {len(self.comparison['flipped'])} questions flipped between {html.escape(a)} and {html.escape(b)}"
-        return self.comparison
+
+    def show(self, items: list[Any], index: Any, runs: list[dict[str, Any]], testset_path: str | Path) -> None:
+        """Start from a test set and two runs made outside the lab (a notebook's cells above it)."""
+        from IPython.display import HTML, display
+
+        self.items, self.index, self.runs, self.testset_path = items, index, runs, Path(testset_path)
+        self.test_set.clear_output(wait=True)
+        with self.test_set:
+            display(HTML(items_html(items)))
+        self.run_button.disabled = False
+        self._show_runs()
+        self.status.value = f"{len(items)} questions, {label(runs[0])} vs {label(runs[1])}: pick a flipped question, or Generate and Run again"
 
     def show_flip(self, i: int) -> str:
         from IPython.display import HTML, display
@@ -234,3 +251,12 @@ class EvalLab:
         with self.flip:
             display(HTML(text))
         return text
+
+
+def agreement_html(data: dict[str, Any]) -> str:
+    """``bench/results/eval_agreement.json``: per set, how well the generated test set ranks strategies like real questions."""
+    rows = [{"set": name, "strategies": len(e["strategies"]), "Kendall τ retrieval (MRR)": e["kendall_tau"]["retrieval"],
+             "Kendall τ answers (right)": e["kendall_tau"]["answer"], "judge AUC": e["judge_auc"],
+             "generated items": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real questions": e["real_questions"]}
+            for name, e in (data.get("sets") or {}).items()]
+    return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"

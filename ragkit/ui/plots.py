@@ -67,7 +67,7 @@ def format_seconds(seconds: float | None) -> str:
     return f"{minutes} min {rest} s"
 
 
-def _axes(ax, figsize=(7, 3)):
+def axes(ax, figsize=(7, 3)):
     if ax is not None:
         return ax.figure, ax
     fig = new_figure(figsize)
@@ -78,7 +78,7 @@ def latency_waterfall(trace: Trace, ax=None, title: str = "where the time goes")
     """One bar per step, placed at its start; red bars called the LLM, grey ones are one-time
     preparation (not part of the per-question latency). Labels stay inside the axes."""
     rows = trace.offsets()
-    fig, ax = _axes(ax, (7, 0.35 * max(len(rows), 3) + 1.3))
+    fig, ax = axes(ax, (7, 0.35 * max(len(rows), 3) + 1.3))
     calls: dict[str, int] = {}
     for step in trace.steps:
         calls[step.name] = calls.get(step.name, 0) + step.llm_calls
@@ -149,7 +149,7 @@ def confidence_breakdown(result: Any, ax=None, floor: float | None = None):
     signals it was computed from, each on 0–1."""
     shown, other = confidence_signals(result)
     confidence = result.confidence or 0.0
-    fig, ax = _axes(ax, (7, 0.3 * len(shown) + 1.9))
+    fig, ax = axes(ax, (7, 0.3 * len(shown) + 1.9))
     _confidence_row(ax, confidence)
     ys = [1.3 + i for i in range(len(shown))]  # the confidence strip is taller than a signal row
     for y, (label, value) in zip(ys, shown):
@@ -229,7 +229,7 @@ def ab_figure(a: Any, b: Any, labels: tuple[str, str] = ("A", "B")):
 
 def quality_latency_scatter(summary: dict[str, dict[str, Any]], quality: str = "f1", ax=None):
     """One point per configuration: latency p50 (x) against a quality measure (y)."""
-    fig, ax = _axes(ax, (6, 4))
+    fig, ax = axes(ax, (6, 4))
     ax.set_xlabel("latency p50 (s)")
     ax.set_ylabel(quality)
     ax.set_title(f"{quality} vs latency")
@@ -270,7 +270,7 @@ def recall_curves(rows: list[dict], ks: tuple[int, ...] = (1, 2, 3, 5, 10, 20), 
     :func:`~ragkit.eval.experiments.hyde_ranks`)."""
     from ragkit.eval.experiments import recall_at
 
-    fig, ax = _axes(ax, (6, 3.6))
+    fig, ax = axes(ax, (6, 3.6))
     for mode in (rows[0]["ranks"] if rows else {}):
         ax.plot(ks, [recall_at(rows, mode, k) for k in ks], marker="o", label=mode)
     ax.set_xscale("log")
@@ -307,7 +307,7 @@ def score_strips(rows: list[dict], threshold: float | None = None, ax=None, titl
     """Each labelled answer's score, one strip per kind, with the decision threshold."""
     import random
 
-    fig, ax = _axes(ax, (6, 3.4))
+    fig, ax = axes(ax, (6, 3.4))
     kinds = [k for k in ("supported", "contradicted", "unsupported") if any(r["kind"] == k for r in rows)]
     jitter = random.Random(0)
     for i, kind in enumerate(kinds):
@@ -327,7 +327,7 @@ def score_strips(rows: list[dict], threshold: float | None = None, ax=None, titl
 def rank_shift(rows: list[dict], before: str = "rank_before", after: str = "rank_after", miss: int = 12, ax=None, title: str = "gold paragraph rank: before vs after"):
     """One point per question: the gold paragraph's rank before (x) and after (y); below the
     diagonal = moved up. A miss is drawn at ``miss``."""
-    fig, ax = _axes(ax, (4.4, 4.2))
+    fig, ax = axes(ax, (4.4, 4.2))
     xs = [r[before] or miss for r in rows]
     ys = [r[after] or miss for r in rows]
     ax.scatter(xs, ys, s=22, alpha=0.6, color=STEP_COLOR)

@@ -36,7 +36,7 @@ _spec.loader.exec_module(driver)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.llm]
 
-NOTEBOOKS = ["01_quickstart", "07_feature_lab", "08_planning"]
+NOTEBOOKS = ["01_quickstart", "07_feature_lab", "08_planning", "09_evaluate_your_documents"]
 PANEL_NOTEBOOKS = ["07_feature_lab"]
 # What a person does in the feature lab: each step flips these checkboxes, then presses Run.
 PANEL_STEPS = [("grading",), ("hyde",)]

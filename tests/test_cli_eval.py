@@ -1,0 +1,85 @@
+"""The evaluation commands as a user runs them: on a folder ragkit has never seen, and with bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragkit.ui.cli import main
+
+pytestmark = pytest.mark.integration
+
+NEW_FOLDER = {
+    "lighthouse.md": "# The Bell Rock Lighthouse\n\nThe Bell Rock Lighthouse stands off the coast of Angus in Scotland. "
+                     "It was built between 1807 and 1810 by Robert Stevenson, on a reef that the sea covers twice a day. "
+                     "The tower is 35 metres tall and its light can be seen from 56 kilometres away.\n",
+    "canal.md": "# The Caledonian Canal\n\nThe Caledonian Canal connects the Scottish east coast at Inverness with the west coast at Corpach. "
+                "It was designed by the engineer Thomas Telford and opened in 1822. The canal is 97 kilometres long, "
+                "of which only about one third is man-made; the rest runs through Loch Ness, Loch Oich and Loch Lochy.\n",
+}
+
+
+@pytest.fixture
+def environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAGKIT_LLM", "qwen2.5-coder-0.5b")
+    monkeypatch.setenv("RAGKIT_MAX_NEW_TOKENS", "48")
+    monkeypatch.setenv("RAGKIT_STRATEGIES", str(tmp_path / "strategies"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.llm
+def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environment, capsys):
+    folder = environment / "my_docs"
+    folder.mkdir()
+    for name, text in NEW_FOLDER.items():
+        (folder / name).write_text(text)
+    common = ["--index-dir", str(environment / "index"), "--cache", str(environment / "cache.sqlite")]
+    assert main(["testset", "generate", str(folder), "--n", "4", "-o", "set.jsonl", "--quiet", *common]) == 0
+    items = [json.loads(line) for line in (environment / "set.jsonl").read_text().splitlines()]
+    assert items and all(i["kind"] in ("single", "paraphrase", "multi", "unanswerable") for i in items)
+    for item in items:
+        if item["kind"] in ("single", "paraphrase"):  # an answer copied from the chunk it names
+            from ragkit.index.store import RagIndex
+
+            chunk = RagIndex.load(environment / "index").chunks[item["chunks"][0]]
+            assert item["answers"][0] in chunk.content
+    report = json.loads((environment / "set.jsonl.report.json").read_text())
+    assert report["accepted"] == len(items) and report["by_kind"]
+    for strategy in ("plain", "sparse_only"):
+        assert main(["eval", "--features", strategy, "--testset", "set.jsonl", "--judge-llm", "none", "--quiet", *common]) == 0
+    assert main(["report", "runs/plain", "runs/sparse_only", "-o", "report.md"]) == 0
+    text = (environment / "report.md").read_text()
+    assert "## sparse_only vs plain" in text and "95% interval" in text and "Pareto front" in text
+
+
+def test_bad_input_gets_one_clear_line(environment, capsys, sample_index_dir):
+    empty = environment / "empty"
+    empty.mkdir()
+    assert main(["testset", "generate", str(empty), "-o", "x.jsonl", "--index-dir", str(environment / "idx"), "--quiet"]) == 2
+    assert "holds no supported files" in capsys.readouterr().err  # said before any model loads
+
+    (environment / "set.jsonl").write_text('{"question": "Where was Tesla born?", "answers": ["Smiljan"]}\nnot json\n{"answers": []}\n')
+    assert main(["eval", "--features", "nope", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir)]) == 2
+    assert "no strategy 'nope'" in capsys.readouterr().err
+    assert main(["eval", "--features", "plain", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--dry-run", "--judge-llm", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "line 2: not JSON" in out and "line 3: no question" in out and "1 of 1 items to ask" in out
+
+    run = environment / "runs" / "plain"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"format": 0, "ragkit_version": "0.0.1"}))
+    assert main(["eval", "--features", "plain", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--dry-run"]) == 2
+    assert "another ragkit run format" in capsys.readouterr().err
+    assert main(["report", str(run)]) == 2
+    assert "another ragkit run format" in capsys.readouterr().err
+
+
+def test_strategies_are_listed_and_added_from_the_command_line(environment, capsys):
+    (environment / "mine.yaml").write_text("grading: true\nrerank: true\n")
+    assert main(["strategies", "add", "mine", "mine.yaml"]) == 0 and main(["strategies", "add", "mine", "mine.yaml"]) == 0
+    assert main(["strategies", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "mine@2" in listed and "rerank" in listed and "sparse_only" in listed
+    assert main(["strategies", "add", "plain", "mine.yaml"]) == 2
