@@ -43,11 +43,11 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        common = ["--index-dir", str(work / "index"), "--runs-dir", str(work / "runs"), "--quiet"]
+        common = ["--index-dir", str(work / "index"), "--quiet"]
         subprocess.run([RAGKIT, "testset", "generate", str(ROOT / "sample_docs"), "--n", "16", "-o", str(work / "set.jsonl"), "--cache",
                         str(work / "gen_cache.sqlite"), "--seed", "5", *common], env=env, check=True, capture_output=True, timeout=3600)
         items = len((work / "set.jsonl").read_text().splitlines())
-        ask = [RAGKIT, "eval", "--features", "grading", "--testset", str(work / "set.jsonl"), *common]
+        ask = [RAGKIT, "eval", "--features", "grading", "--testset", str(work / "set.jsonl"), "--runs-dir", str(work / "runs"), *common]
         cache = ["--cache", str(work / "eval_cache.sqlite")]
         t0 = time.perf_counter()
         subprocess.run([*ask, *cache, "--name", "first"], env=env, check=True, capture_output=True, timeout=3600)

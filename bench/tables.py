@@ -224,6 +224,12 @@ def _pct(x: float) -> str:
 def summary_table() -> str:
     """The README's one table: a headline figure per measured page, each from its JSON."""
     rows = ["| what | measured | where | details |", "| --- | --- | --- | --- |"]
+    agreement = load("eval_agreement.json")
+    if agreement:
+        figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers, judge AUC "
+                            f"{e['judge_auc']:.2f}" for name, e in agreement["sets"].items())
+        rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
+                    f"300 paragraphs a set | [docs/evaluation.md](docs/evaluation.md) |")
     retrieval = load("retrieval_squad.json")
     if retrieval:
         s = retrieval["systems"]

@@ -184,3 +184,21 @@ def test_a_judge_whose_reply_does_not_parse_is_a_counted_failure_not_a_score(tmp
     reasons = [f["reason"] for r in run.rows() for f in r["failures"]]
     assert all(reason.startswith("judge:") for reason in reasons) and "parse_failed" in " ".join(reasons)
     assert agg["f1"]["n"] == 3  # the rest of each row is scored
+
+
+def test_tune_chooses_on_one_half_and_reports_on_the_other(tmp_path, testset, sample_index):
+    from ragkit.eval.tune import builtin_space, split_halves, tune
+
+    path, items = testset
+    tuning, reporting = split_halves(items)
+    assert not {i.id for i in tuning} & {i.id for i in reporting} and len(tuning) + len(reporting) == len(items)
+    assert split_halves(items) == (tuning, reporting)  # seeded: the same halves every time
+    llm = Counting()
+    report = tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, builtin_space(["plain", "sparse_only", "dense_only"]),
+                  latency_budget=60.0, runs_dir=tmp_path / "tune", testset_path=path, config=_config(), quality="mrr", known_chunks=set(sample_index.chunks))
+    assert report["chosen"] in ("plain", "sparse_only", "dense_only") and report["halves"] == {"tuning": len(tuning), "reporting": len(reporting)}
+    assert set(report["tuning_half"]) == {"plain", "sparse_only", "dense_only"} and report["pareto_front"]
+    assert report["report_half"]["questions_in_both"] == len([i for i in reporting if "no-such-chunk" not in i.chunks])
+    with pytest.raises(ValueError, match="no strategy kept p50 latency within"):
+        tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, builtin_space(["plain"]),
+             latency_budget=0.0, runs_dir=tmp_path / "tune2", testset_path=path, config=_config(), known_chunks=set(sample_index.chunks))
