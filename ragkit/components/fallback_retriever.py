@@ -45,6 +45,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.injection_guard import InjectionGuard
 from ragkit.index.coverage import coverage, question_weights
+from ragkit.index.filters import scoped
 from ragkit.index.handle import IndexHandle
 from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import context_messages, sufficiency_task
@@ -175,10 +176,12 @@ class FallbackRetriever:
         return self._step("sql", lambda: SqlAnswerer(chat_generator=self.chat_generator, tables=self.sql_tables)).run(query=question, documents=[])["documents"]
 
     @component.output_types(documents=list[Document], fallback=dict)
-    def run(self, query: str, documents: list[Document], top_k: Optional[int] = None, filters: Optional[dict] = None) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], top_k: Optional[int] = None, filters: Optional[dict] = None, scope: Optional[dict] = None) -> dict[str, Any]:
         """``filters``: the collection / intent filters of the first search (every strategy keeps them but
         ``all_collections``, which exists to drop them)."""
-        filters = filters or None
+        filters, clash = scoped(filters, scope)  # a clarification's answer narrows the search
+        if clash:
+            record(warning=clash)
         top_k = top_k or max(len(documents), 5)
         held = list(documents)
         self._weights, self._terms = question_weights(self._handle.get(), query), {}

@@ -38,15 +38,16 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from ragkit.eval.metrics import strip_citations
 from ragkit.llm.prompts import NO_ANSWER
 from ragkit.llm.source_spans import Span, candidate_starts, clean_span, locate_span, snap_to_span
 from ragkit.llm.span_decoding import SpanMask, vocabulary_for
+from ragkit.llm.streaming import StepStream
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, backend_of, call_llm, generator_from_dict, generator_to_dict, parse_answer
 from ragkit.pipeline.trace import record
 
@@ -107,30 +108,34 @@ class GuardedGenerator:
         mode: Optional[str] = None,
         query: Optional[str] = None,
         evidence: Optional[list[Document]] = None,
+        streaming_callback: Optional[Callable[[StreamingChunk], None]] = None,
     ) -> dict[str, Any]:
         """``replies``: one assistant message, as Haystack's chat generators reply (the fallback text when
         the call failed: ``ok`` says which). ``evidence``: the sentences a grounded answer may copy from
-        (:class:`~ragkit.components.evidence_selector.EvidenceSelector`); without them, the whole ``documents``."""
-        out = self._answer(messages, fallback, documents, mode, query, evidence)
+        (:class:`~ragkit.components.evidence_selector.EvidenceSelector`); without them, the whole ``documents``.
+        ``streaming_callback``: gets the answer's tokens as they are generated (:class:`ragkit.llm.streaming.StepStream`
+        names the step on each chunk; a retry's first chunk is ``start=True`` with ``meta["attempt"] == 1``)."""
+        stream = StepStream(streaming_callback, self.step, attempt=1 if fallback else 0) if streaming_callback is not None else None
+        out = self._answer(messages, fallback, documents, mode, query, evidence, stream)
         text = out.pop("text")
         return {"replies": [ChatMessage.from_assistant(text, meta={"ok": out["ok"], "mode": out["mode"]})], **out}
 
     def _answer(
         self, messages: list[ChatMessage], fallback: Optional[str], documents: Optional[list[Document]], mode: Optional[str],
-        question: Optional[str], evidence: Optional[list[Document]],
+        question: Optional[str], evidence: Optional[list[Document]], stream: Optional[StepStream] = None,
     ) -> dict[str, Any]:
         mode = mode or self.answer_mode
         if mode not in ANSWER_MODES:
             record(fallback=f"{self.step}: unknown answer mode {mode!r}, answered free")
             mode = "free"
         if mode == "grounded" and documents:
-            return self._grounded(messages, documents, fallback, question, evidence)
+            return self._grounded(messages, documents, fallback, question, evidence, stream)
         if documents is not None:  # an answer step (the direct answer has no mode to report)
             record(decision={"mode": "free"})
         kwargs = {"max_tokens": self.max_tokens, "temperature": 0.0}
         if self.answer_format:
             kwargs.update(answer_constraint(self.chat_generator))
-        reply = call_llm(self.chat_generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step)
+        reply = call_llm(self.chat_generator, messages, parse_answer if self.answer_format else _nonempty, kwargs, step=self.step, streaming_callback=stream)
         tokens = dict(reply.tokens or {})  # the reply's token probabilities, a confidence signal (llama.cpp only)
         if reply.ok:
             return {"text": reply.value, "ok": True, "tokens": tokens, "evidence": None, "mode": "free"}
@@ -138,6 +143,7 @@ class GuardedGenerator:
 
     def _grounded(
         self, messages: list[ChatMessage], documents: list[Document], fallback: Optional[str], question: Optional[str], evidence: Optional[list[Document]],
+        stream: Optional[StepStream] = None,
     ) -> dict[str, Any]:
         sources = [d.content or "" for d in documents]
         # what the answer may be copied from: the evidence sentences when the evidence step chose
@@ -147,7 +153,7 @@ class GuardedGenerator:
         failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
         if backend_of(self.chat_generator) != "llama.cpp":  # no logits: extract, then verify
             draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0, **answer_constraint(self.chat_generator)}
-            draft = call_llm(self.chat_generator, messages, parse_answer, draft_kwargs, step=self.step)
+            draft = call_llm(self.chat_generator, messages, parse_answer, draft_kwargs, step=self.step, streaming_callback=stream)
             if not draft.ok:
                 return failed
             snapped = snap_to_span(draft.value, texts, question or "")
@@ -166,7 +172,7 @@ class GuardedGenerator:
             starts = None
         mask = SpanMask(vocabulary_for(self.chat_generator), texts, banned_prefixes=banned, starts=starts)
         kwargs = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
-        reply = call_llm(self.chat_generator, messages, _span, kwargs, step=self.step)
+        reply = call_llm(self.chat_generator, messages, _span, kwargs, step=self.step, streaming_callback=stream)
         if not reply.ok:
             return failed
         found = locate_span(reply.value, texts)

@@ -14,6 +14,8 @@ branch; ``sparse_weight`` is BM25's weight in that fusion (0.5 by default).
 :class:`~ragkit.components.collection_selector.CollectionSelector` or
 :class:`~ragkit.components.intent_filter.IntentFilter`) restricts retrieval to the chunks whose
 metadata match: ``{"collection": ["wiki"], "file_type": ["pdf"]}``, AND across keys, OR within a list.
+``scope`` (optional input) is a filter the person chose — the answer to a clarification
+(:class:`~ragkit.components.ambiguity_check.AmbiguityCheck`) — AND-ed with ``filters``.
 
 Usage::
 
@@ -30,9 +32,11 @@ from typing import Any, Optional
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from ragkit.config import ModelConfig
+from ragkit.index.filters import scoped
 from ragkit.index.handle import IndexHandle
 from ragkit.index.retrieval import DEFAULT_SPARSE_WEIGHT, HybridRetriever
 from ragkit.index.store import RagIndex
+from ragkit.pipeline.trace import record
 
 MODES = ("dense", "sparse", "hybrid")
 
@@ -80,10 +84,15 @@ class IndexRetriever:
     @component.output_types(documents=list[Document], signals=dict)
     def run(
         self, query: str, top_k: Optional[int] = None, query_embedding: Optional[list[float]] = None, filters: Optional[dict] = None,
-        sparse_queries: Optional[list[str]] = None,
+        sparse_queries: Optional[list[str]] = None, scope: Optional[dict] = None,
     ) -> dict[str, Any]:
+        """``scope``: a filter the person asking chose (a clarification's answer), AND-ed with ``filters``;
+        when the two contradict, the person's choice wins and the trace says so."""
         self.warm_up()
         top_k = top_k or self.top_k
+        filters, clash = scoped(filters, scope)  # a clarification's answer narrows the search
+        if clash:
+            record(warning=clash)
         # Without an embedding (none computed, or HyDE's step failed) a dense or hybrid retriever
         # embeds the question itself; sparse needs none.
         found = self._retriever.retrieve(

@@ -24,12 +24,14 @@ Usage::
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
+from haystack.dataclasses import StreamingChunk
 
 from ragkit.components.confidence import symbol
 from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.streaming import labelled
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph_io import graph_inputs, outputs_of
 from ragkit.pipeline.result import AgenticResult, result_from_outputs
@@ -69,18 +71,24 @@ class PerPartAnswerer:
         data["init_parameters"]["pipeline"] = Pipeline.from_dict(data["init_parameters"]["pipeline"], allowed_modules=["ragkit.*"])
         return default_from_dict(cls, data)
 
-    def _answer(self, part: str) -> AgenticResult:
-        out = self.pipeline.run(graph_inputs(self.pipeline, part), include_outputs_from=outputs_of(self.pipeline))
+    def _answer(self, part: str, scope: Optional[dict] = None, streaming_callback: Optional[Callable] = None) -> AgenticResult:
+        data = graph_inputs(self.pipeline, part, scope=scope, streaming_callback=streaming_callback)
+        out = self.pipeline.run(data, include_outputs_from=outputs_of(self.pipeline))
         return result_from_outputs(part, out, active_trace() or Trace(), Features.from_dict(self.features))
 
     @component.output_types(answer=str, documents=list[Document], parts=list[dict], confidence=float, symbol=str, declined=bool)
-    def run(self, parts: list[str], query: Optional[str] = None, kind: Optional[str] = None) -> dict[str, Any]:
-        """``kind``: the decomposer's ("multi", "comparison", "single"); ``query``: the whole question."""
+    def run(
+        self, parts: list[str], query: Optional[str] = None, kind: Optional[str] = None, scope: Optional[dict] = None,
+        streaming_callback: Optional[Callable[[StreamingChunk], None]] = None,
+    ) -> dict[str, Any]:
+        """``kind``: the decomposer's ("multi", "comparison", "single"); ``query``: the whole question;
+        ``scope``: the caller's chosen scope (a source filter), for every part; ``streaming_callback``: each part's answer tokens,
+        ``meta["part"]`` naming the part ("1/2: Where was Tesla born?")."""
         parts = [p for p in parts if p and p.strip()] or ([query] if query else [])
         results = []
         for i, part in enumerate(parts, 1):
             record(decision={f"part {i}": part[:80]})
-            results.append(self._answer(part))
+            results.append(self._answer(part, scope, labelled(streaming_callback, f"{i}/{len(parts)}: {part}")))
         merged: list[Document] = []
         for r in results:
             merged += [d for d in r.sources if d.id not in {m.id for m in merged}]

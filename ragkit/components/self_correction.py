@@ -69,6 +69,7 @@ LOOP_INPUTS = {
     "evidence": ["answer_prompt.evidence", "answer.evidence", "hallucination.evidence"],
     "query": ["answer_prompt.query", "answer.query", "hallucination.query"],
     "mode": ["answer_prompt.mode", "answer.mode", "correction_router.mode", "hallucination.mode"],
+    "streaming_callback": ["answer.streaming_callback"],  # each pass's answer streams; a retry's first chunk says start
 }
 
 

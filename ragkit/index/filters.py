@@ -153,3 +153,14 @@ def merge_filters(first: dict | None, second: dict | None) -> dict | None:
         else:
             merged[key] = list(values)
     return merged
+
+
+def scoped(filters: dict | None, scope: dict | None) -> tuple[dict | None, str | None]:
+    """``filters`` AND the ``scope`` a person chose (a clarification's answer), and a note when the two
+    contradict: then the person's choice wins. The filter is None when nothing is filtered."""
+    if not scope:
+        return filters or None, None
+    merged = merge_filters(filters, scope)
+    if merged is None:
+        return dict(scope), f"the chosen scope {scope} contradicts the filter {filters}: searched the chosen scope only"
+    return merged or None, None

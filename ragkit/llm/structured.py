@@ -28,6 +28,7 @@ from ragkit.llm.faults import (
 )
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
 from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.streaming import accepts_streaming
 from ragkit.pipeline.trace import record
 
 
@@ -300,13 +301,16 @@ def call_llm(
     parse: Callable[[str], Any],
     generation_kwargs: dict[str, Any] | None = None,
     step: str = "llm",
+    streaming_callback: Callable | None = None,
 ) -> LLMReply:
     """Run one chat call, parse its reply, and record calls, tokens and any fallback on the trace.
 
     Never raises for the LLM's sake: an unreachable or failing endpoint, the question's deadline, a
     reply longer than ``max_tokens`` allows (cut, never passed on) or one ``parse`` refuses is an
     ``ok=False`` reply with the reason (:mod:`ragkit.llm.faults`); a reply that stopped at
-    ``max_tokens`` and a prompt trimmed to fit the context are kept, with a warning on the trace."""
+    ``max_tokens`` and a prompt trimmed to fit the context are kept, with a warning on the trace.
+    ``streaming_callback`` (a :class:`ragkit.llm.streaming.StepStream`) gets the reply's tokens as they
+    come, when the generator can stream; a cached reply arrives as one chunk."""
     t0 = time.perf_counter()
     generation_kwargs = dict(generation_kwargs or {})
     free_text = not any(k in generation_kwargs for k in ("grammar", "response_format"))
@@ -326,10 +330,14 @@ def call_llm(
     if cached is not None:  # the same model, prompt and decoding answered this before: no call
         record(cache_hits=1, cache_seconds=cached.get("seconds", 0.0))
         text, usage, tokens, finish_reason, deadline_stop = cached["text"], {}, cached["tokens"], cached["finish_reason"], None
+        if streaming_callback is not None and hasattr(streaming_callback, "replay"):
+            streaming_callback.replay(text)
         seconds = time.perf_counter() - t0
     else:
         bounded, deadline_stop = deadline_kwargs(generator, generation_kwargs, free_text)
-        kwargs = {"generation_kwargs": bounded} if bounded else {}
+        kwargs: dict[str, Any] = {"generation_kwargs": bounded} if bounded else {}
+        if streaming_callback is not None and accepts_streaming(generator):
+            kwargs["streaming_callback"] = streaming_callback
         try:
             replies = generator.run(messages=messages, **kwargs)["replies"]
             if not replies:

@@ -38,7 +38,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from typing import Callable
+
 from haystack import Pipeline, tracing
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from ragkit.components.reranker import Reranker
 from ragkit.config import RagConfig
@@ -164,10 +167,17 @@ class AgenticRAG:
                 span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
 
     # -- the question ---------------------------------------------------------------------------
-    def _run(self, question: str) -> dict[str, Any]:
-        return self.pipeline.run(graph_inputs(self.pipeline, question), include_outputs_from=outputs_of(self.pipeline))
+    def _run(self, question: str, **extra: Any) -> dict[str, Any]:
+        return self.pipeline.run(graph_inputs(self.pipeline, question, **extra), include_outputs_from=outputs_of(self.pipeline))
 
-    def ask(self, question: str) -> AgenticResult:
+    def ask(
+        self, question: str, history: list[ChatMessage] | None = None, scope: dict | None = None,
+        streaming_callback: Callable[[StreamingChunk], None] | None = None,
+    ) -> AgenticResult:
+        """Answer ``question``. ``history``: the conversation before it (``Features(follow_ups=True)`` rewrites
+        a follow-up with it; :class:`ragkit.conversation.session.ChatSession` keeps and sends it);
+        ``scope``: a source filter the person chose (a clarification's answer); ``streaming_callback``: the
+        answer's tokens as they are generated (``result.first_token_s`` says when the first came)."""
         question = check_query(question)
         started = time.perf_counter()
         self.pipeline.warm_up()  # loading models is one-time work: not the question's time, nor its deadline
@@ -175,12 +185,14 @@ class AgenticRAG:
             self._prepare_traced()
             try:
                 with question_deadline(self.config.deadline_s):
-                    out = self._run(question)
+                    out = self._run(question, history=history or None, scope=scope or None, streaming_callback=streaming_callback)
             except Exception as exc:  # the graph broke: an explicit, traced failure, never a crash
                 result = failed_result(question, trace, exc)
             else:
                 result = result_from_outputs(question, out, trace, self.features)
         result.seconds = time.perf_counter() - started
+        if trace.first_token is not None:
+            result.first_token_s = trace.first_token - started
         return result
 
     def pause_before(self, question: str, step: str, visit: int = 0) -> Paused:

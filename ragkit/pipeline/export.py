@@ -43,7 +43,7 @@ from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import build_pipeline
 from ragkit.pipeline.graph_io import graph_inputs, outputs_of
-from ragkit.pipeline.result import failed_result, result_from_outputs
+from ragkit.pipeline.result import AgenticResult, failed_result, result_from_outputs
 from ragkit.pipeline.trace import RagkitTracer
 
 ALLOWED_MODULES = ["ragkit.*"]
@@ -97,18 +97,27 @@ def load_exported(text_or_path: str | Path) -> Pipeline:
     return pipe
 
 
-def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
-    """Ask an exported pipeline one question: answer, sources, confidence, exit reason, trace rows."""
+def ask_exported(
+    pipe: Pipeline, question: str, history: list | None = None, scope: dict | None = None, streaming_callback: Any = None, on_step: Any = None,
+) -> AgenticResult:
+    """Ask an exported pipeline one question, as ``AgenticRAG.ask`` does: the question checked, the
+    question's deadline, the trace (``on_step`` hears each step), a failed graph an explicit failed result.
+    ``history``, ``scope`` and ``streaming_callback`` go to the graph's sockets for them (``graph_inputs``)."""
     features = Features.from_dict(pipe.metadata["ragkit"]["features"])
     question = check_query(question)
     deadline = float(os.environ.get("RAGKIT_DEADLINE_S") or pipe.metadata["ragkit"].get("deadline_s") or 0)
-    with RagkitTracer().collect() as trace, question_deadline(deadline):
+    with RagkitTracer(listener=on_step).collect() as trace, question_deadline(deadline):
         try:
-            out = pipe.run(graph_inputs(pipe, question), include_outputs_from=outputs_of(pipe))
+            out = pipe.run(graph_inputs(pipe, question, history=history or None, scope=scope or None, streaming_callback=streaming_callback),
+                           include_outputs_from=outputs_of(pipe))
         except Exception as exc:  # the graph broke: an explicit failed result, as AgenticRAG.ask gives
-            result = failed_result(question, trace, exc)
-        else:
-            result = result_from_outputs(question, out, trace, features)
+            return failed_result(question, trace, exc)
+        return result_from_outputs(question, out, trace, features)
+
+
+def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
+    """Ask an exported pipeline one question: answer, sources, confidence, exit reason, trace rows."""
+    result = ask_exported(pipe, question)
     return {
         "answer": result.answer,
         "sources": [{"id": d.id, "source": d.meta.get("source"), "score": d.score} for d in result.sources],
@@ -120,5 +129,5 @@ def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:
         "error": result.error,
         "failed_steps": result.failed_steps,
         "warnings": result.warnings,
-        "trace": trace.table(),
+        "trace": result.trace.table(),
     }

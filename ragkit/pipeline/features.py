@@ -59,11 +59,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "hop_check": ("coverage", "llm"),
     "select_collections": ("off", "embedding", "llm"),
     "expand_backend": ("prf", "llm"),
+    "follow_up_backend": ("llm", "rules"),
 }
 
 
 # The steps that call the LLM (step_models' keys). The answer's model also writes the self-correction retries.
-LLM_STEPS = ("rewrite", "gate", "decompose", "select", "expand", "router", "hyde", "rerank", "grade", "sql", "fallback", "multi_hop", "answer", "hallucination", "direct_answer")
+LLM_STEPS = ("follow_up", "rewrite", "gate", "decompose", "select", "expand", "router", "hyde", "rerank", "grade", "sql", "fallback", "multi_hop", "answer", "hallucination", "direct_answer")
 # The steps whose prompt can be replaced (step_prompts' keys). For the answer (free mode), the grader and
 # multi_hop it is the task after the shared sources prefix (so llama.cpp still evaluates the sources once a
 # question); for the rest the system prompt. The hallucination judge's is fixed: its yes/no probabilities
@@ -178,6 +179,17 @@ class Features:
     # can also be replaced outright: AgenticRAG(replace_steps={...}) (ragkit/pipeline/custom_steps.py)
     step_models: dict[str, str] = field(default_factory=dict)
     step_prompts: dict[str, str] = field(default_factory=dict)
+    # Conversations (ragkit.conversation.session.ChatSession turns both on). follow_ups: a question that leans on
+    # the history ("and what did he study?", a rules check) is rewritten with it — "llm" under a grammar of the
+    # question's and the history's words, "rules" by putting the history's latest name in the pronoun's place —
+    # and the rewrite is kept only if its retrieval is at least as sure (components/follow_up_rewriter.py).
+    # clarify: a question the evidence reads as several things (two documents about different subjects with the
+    # same name, none named apart) is asked back with 2-4 options instead of answered (components/ambiguity_check.py)
+    follow_ups: bool = False
+    follow_up_backend: str = "llm"
+    history_tokens: int = 400
+    clarify: bool = False
+    clarify_ratio: float = 0.8
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():
@@ -223,6 +235,8 @@ class Features:
                 raise ValueError(f"route_policy[{route!r}]['answer'] must be 'grounded' or 'free', not {policy.get('answer')!r}")
             if policy.get("grader") not in (None, "off", *CHOICES["grader_backend"]):
                 raise ValueError(f"route_policy[{route!r}]['grader'] must be 'off' or one of {CHOICES['grader_backend']}, not {policy.get('grader')!r}")
+        if not 0 < self.clarify_ratio <= 1 or self.history_tokens < 1:
+            raise ValueError("clarify_ratio must be in (0, 1] and history_tokens >= 1")
         if self.self_correction and not self.hallucination_check:
             raise ValueError("self_correction needs hallucination_check: the loop acts on its score")
         if self.rerank and self.rerank_backend == "cross-encoder" and not self.rerank_model:

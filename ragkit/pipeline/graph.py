@@ -42,11 +42,10 @@ from dataclasses import replace
 from typing import Any
 
 from haystack import Pipeline
-from haystack.components.builders import ChatPromptBuilder
 from haystack.components.joiners import BranchJoiner
 from haystack.components.routers import ConditionalRouter
-from haystack.dataclasses import ChatMessage
 
+from ragkit.components.ambiguity_check import AmbiguityCheck
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.collection_selector import CollectionSelector
 from ragkit.components.confidence import ConfidenceScorer
@@ -63,10 +62,8 @@ from ragkit.components.multi_hop import MultiHopReasoner
 from ragkit.components.per_part import PerPartAnswerer
 from ragkit.components.query_decomposer import QueryDecomposer
 from ragkit.components.query_expander import KeywordExpander
-from ragkit.components.query_rewriter import QueryRewriter
 from ragkit.components.query_router import QueryRouter
 from ragkit.components.reranker import Reranker
-from ragkit.components.retrieval_gate import RetrievalGate
 from ragkit.components.self_correction import SelfCorrectingAnswerer
 from ragkit.components.sql_answerer import SqlAnswerer
 from ragkit.config import ModelConfig, RagConfig
@@ -74,13 +71,12 @@ from ragkit.index.store import RagIndex
 from ragkit.llm.generators import build_text_embedder
 from ragkit.llm.prompts import answer_prompt_builder
 from ragkit.pipeline.features import Features
+from ragkit.pipeline.graph_front import add_follow_up, add_gate_and_rewrite
 from ragkit.pipeline.routes import context_routes, policy_routes, selector_policy
 
-DIRECT_SYSTEM = "Answer briefly and helpfully."
-ENDS = {"confidence": "answer + confidence", "context_check.no_context": "no sources: declines, no LLM call", "direct_answer": "answer without sources"}
+ENDS = {"confidence": "answer + confidence", "context_check.no_context": "no sources: declines, no LLM call", "direct_answer": "answer without sources",
+        "clarify.clarification": "asks which one is meant, no LLM call"}
 
-# Components that start retrieval: with the gate on they get the question only when it says "retrieve".
-GATED = {"router", "route_policy", "embed", "hyde", "retrieve", "sql", "select", "intent", "expand"}  # (fallback waits on retrieve's documents)
 
 
 def support_threshold(features: Features, models: ModelConfig) -> float:
@@ -114,7 +110,7 @@ class _GraphBuilder:
         # Nothing in the outer graph loops (the correction loop bounds itself inside its SuperComponent):
         # one run per component per question, and Haystack stops anything that tries a second.
         self.pipe = Pipeline(max_runs_per_component=1)
-        self.inputs: dict[str, list[str]] = {"query": ["confidence.query"], "top_k": [], "answer_mode": []}
+        self.inputs: dict[str, list[str]] = {"query": ["confidence.query"], "top_k": [], "answer_mode": [], "scope": ["retrieve.scope"], "streaming_callback": []}
 
     def llm(self, step: str) -> Any:
         return self.step_generators.get(step, self.chat_generator)
@@ -144,6 +140,7 @@ class _GraphBuilder:
             context = self.multi_hop(context)
         self.answer(context)
         self.gate_and_rewrite()
+        self.follow_up()
         f = self.f
         self.pipe.metadata["ragkit"] = {
             "inputs": self.inputs,
@@ -236,6 +233,11 @@ class _GraphBuilder:
             self.add("guard", InjectionGuard())
             pipe.connect(last, "guard.documents")
             last = "guard.documents"
+        if f.clarify:  # before any LLM reads the chunks: an ambiguous question is asked back, not answered
+            self.add("clarify", AmbiguityCheck(ratio=f.clarify_ratio), "query")
+            pipe.connect(last, "clarify.documents")
+            self.inputs["scope"].append("clarify.scope")
+            last = "clarify.documents"
         if f.rerank:
             self.add("rerank", Reranker(backend=f.rerank_backend, model=f.rerank_model, chat_generator=self.llm("rerank") if f.rerank_backend == "llm" else None), "query")
             pipe.connect(last, "rerank.documents")
@@ -259,6 +261,7 @@ class _GraphBuilder:
                 max_llm_calls=f.fallback_llm_calls, chat_generator=self.llm("fallback"), embedder=self.embedder, sql_tables=f.sql_tables,
             ), "query")
             pipe.connect(last, "fallback.documents")
+            self.inputs["scope"].append("fallback.scope")
             if self.filter_sender:
                 pipe.connect(self.filter_sender, "fallback.filters")
             self.takes_top_k("fallback.top_k")
@@ -306,6 +309,7 @@ class _GraphBuilder:
             mode_sockets = ["self_correction.mode"]
             if grounded:
                 pipe.connect("evidence.evidence", "self_correction.evidence")
+            self.inputs["streaming_callback"].append("self_correction.streaming_callback")
             for sender, receiver in (("replies", "replies"), ("support", "support"), ("answer_ok", "answer_ok"), ("answer_tokens", "answer_tokens")):
                 pipe.connect(f"self_correction.{sender}", f"confidence.{receiver}")
         else:
@@ -314,6 +318,7 @@ class _GraphBuilder:
             pipe.connect(context, "answer_prompt.documents")
             pipe.connect(context, "answer.documents")  # the grounded mode's spans come from them
             pipe.connect("answer_prompt.prompt", "answer.messages")
+            self.inputs["streaming_callback"].append("answer.streaming_callback")
             mode_sockets = ["answer_prompt.mode", "answer.mode"]
             if grounded:
                 pipe.connect("evidence.evidence", "answer_prompt.evidence")
@@ -338,51 +343,20 @@ class _GraphBuilder:
         else:
             self.inputs["answer_mode"] += mode_sockets
 
-    # -- before everything: rewrite the question, and gate whether it needs retrieval at all ---------
+    # -- before everything: rewrite the question, gate it, and resolve a follow-up (graph_front.py) -----
     def gate_and_rewrite(self) -> None:
-        f, pipe = self.f, self.pipe
-        direct_routes = f.routing and any(not p["retrieve"] for p in f.route_policy.values())
-        direct_senders = ["route_policy.direct_query"] if direct_routes else []
-        if f.rewrite or f.gate:
-            front = None
-            if f.rewrite:
-                pipe.add_component("rewrite", QueryRewriter(backend=f.rewrite_backend, chat_generator=self.llm("rewrite") if f.rewrite_backend == "llm" else None,
-                                                            prompt=self.prompt("rewrite")))
-                front = "rewrite.query"
-            if f.gate:
-                pipe.add_component("gate", RetrievalGate(backend=f.gate_backend, chat_generator=self.llm("gate") if f.gate_backend == "llm" else None,
-                                                         prompt=self.prompt("gate")))
-                if front:
-                    pipe.connect(front, "gate.query")
-                direct_senders.append("gate.direct_query")
-            given = ["rewrite.query"] if f.rewrite else ["gate.query"]
-            for socket in self.inputs["query"]:
-                if f.gate and socket.split(".")[0] in GATED:  # retrieval and what starts it wait for the gate's yes
-                    pipe.connect("gate.search_query", socket)
-                elif front:
-                    pipe.connect(front, socket)
-                else:
-                    given.append(socket)
-            self.inputs["query"] = given
-        if direct_senders:
-            pipe.add_component("direct_prompt", ChatPromptBuilder(
-                template=[ChatMessage.from_system(self.prompt("direct_answer") or DIRECT_SYSTEM), ChatMessage.from_user("{{ query }}")], required_variables=["query"],
-            ))
-            pipe.add_component("direct_answer", GuardedGenerator(chat_generator=self.llm("direct_answer"), max_tokens=self.config.models.max_new_tokens, step="direct_answer"))
-            if len(direct_senders) > 1:  # the gate's no and the router's SIMPLE route both answer without sources
-                pipe.add_component("direct_question", BranchJoiner(str))
-                for sender in direct_senders:
-                    pipe.connect(sender, "direct_question.value")
-                pipe.connect("direct_question.value", "direct_prompt.query")
-            else:
-                pipe.connect(direct_senders[0], "direct_prompt.query")
-            pipe.connect("direct_prompt.prompt", "direct_answer.messages")
+        add_gate_and_rewrite(self)
+
+    def follow_up(self) -> None:
+        if self.f.follow_ups:
+            add_follow_up(self.pipe, self.inputs, self.f, self.llm("follow_up"), self.index, self.index_path, self.embedder)
 
 
 def build_planning_pipeline(f: Features, chat_generator: Any, index: RagIndex | None, index_path: str | None, config: RagConfig,
                             step_generators: dict[str, Any] | None = None) -> Pipeline:
     """decompose -> per_part: the question's parts, each answered by the graph of ``f`` without planning."""
-    inner_features = replace(f, decompose=False)
+    # the parts are asked after the follow-up is resolved, and are not asked back (clarify reads one question's evidence)
+    inner_features = replace(f, decompose=False, follow_ups=False, clarify=False)
     inner = build_pipeline(inner_features, chat_generator, index=index, index_path=index_path, config=config, step_generators=step_generators)
     pipe = Pipeline(max_runs_per_component=1)
     decomposer_llm = (step_generators or {}).get("decompose", chat_generator) if f.decomposer_backend != "rules" else None
@@ -390,9 +364,13 @@ def build_planning_pipeline(f: Features, chat_generator: Any, index: RagIndex | 
     pipe.add_component("per_part", PerPartAnswerer(pipeline=inner, features=inner_features.to_dict()))
     pipe.connect("decompose.parts", "per_part.parts")
     pipe.connect("decompose.kind", "per_part.kind")
+    inputs = {"query": ["decompose.query", "per_part.query"], "top_k": [], "answer_mode": [], "scope": ["per_part.scope"],
+              "streaming_callback": ["per_part.streaming_callback"]}
+    if f.follow_ups:
+        add_follow_up(pipe, inputs, f, (step_generators or {}).get("follow_up", chat_generator), index, index_path, config.models.embedder)
     pipe.metadata["ragkit"] = {
         **inner.metadata["ragkit"],
-        "inputs": {"query": ["decompose.query", "per_part.query"], "top_k": [], "answer_mode": []},
+        "inputs": inputs,
         "support_threshold": None,  # the inner graph gets its own
         "features": f.to_dict(),
         "ends": {"per_part": "one answer per part, cited"},

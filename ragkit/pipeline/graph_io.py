@@ -21,6 +21,7 @@ from haystack import Pipeline
 OUTPUTS = frozenset({
     "decompose", "per_part", "rewrite", "gate", "select", "intent", "expand", "multi_hop", "sql", "fallback", "router", "answer_mode", "hyde",
     "retrieve", "guard", "rerank", "grade", "context_check", "evidence", "answer", "self_correction", "confidence", "direct_answer",
+    "follow_up", "clarify",
 })
 DEFAULT_TOP_K = 5
 
@@ -30,14 +31,24 @@ def outputs_of(pipe: Pipeline) -> set[str]:
     return set(OUTPUTS & set(pipe.graph.nodes))
 
 
-def graph_inputs(pipe: Pipeline, query: str) -> dict[str, dict[str, Any]]:
-    """``Pipeline.run`` data for ``query``: every socket the graph leaves for the caller."""
+def graph_inputs(
+    pipe: Pipeline, query: str, history: list | None = None, scope: dict | None = None, streaming_callback: Any = None,
+) -> dict[str, dict[str, Any]]:
+    """``Pipeline.run`` data for ``query``: every socket the graph leaves for the caller.
+
+    ``history``: the conversation so far, as ``ChatMessage`` s (a graph with ``Features(follow_ups=True)``
+    reads it); ``scope``: a filter the person chose (a clarification's answer), AND-ed with the graph's own;
+    ``streaming_callback``: gets the answer's tokens as they are generated. Each goes only to the graph's
+    sockets for it, and only when given."""
     meta = pipe.metadata.get("ragkit") or {}
     values = {
         "query": query, "top_k": meta.get("top_k", DEFAULT_TOP_K), "answer_mode": meta.get("answer_mode", "free"), "collections": meta.get("collections"),
+        "history": history, "scope": scope, "streaming_callback": streaming_callback,
     }
     data: dict[str, dict[str, Any]] = {}
     for name, sockets in (meta.get("inputs") or {}).items():
+        if name in ("history", "scope", "streaming_callback") and values[name] is None:
+            continue  # optional sockets: left to their defaults
         for socket in sockets:
             component_name, input_name = socket.split(".", 1)
             data.setdefault(component_name, {})[input_name] = values[name]

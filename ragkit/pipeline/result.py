@@ -2,7 +2,8 @@
 
 :func:`result_from_outputs` turns ``Pipeline.run``'s outputs (and the trace collected meanwhile)
 into the object users read: answer, sources, confidence, route, exit reason, corrections, trace.
-Exit reasons: ``no_retrieval`` (the router's direct branch), ``no_context`` (nothing retrieved or
+Exit reasons: ``needs_clarification`` (the question was asked back: ``clarification`` holds the
+options), ``no_retrieval`` (the router's direct branch), ``no_context`` (nothing retrieved or
 everything graded out), the self-correction loop's ``supported`` / ``max_corrections`` /
 ``unknown``, ``answer_failed`` (every answer call failed: never reported as supported) and
 ``pipeline_error`` (the graph itself raised: the error is on the trace, the confidence is 0).
@@ -50,6 +51,9 @@ class AgenticResult:
     warnings: list[str] = field(default_factory=list)  # usable but degraded: "answer: reply cut at max_tokens=256"
     answer_mode: str | None = None  # "grounded" (a span copied from a source) or "free"
     evidence: dict[str, Any] | None = None  # where the answer stands verbatim in a source: source, start, end, sentence (span_decoding.evidence_for)
+    rewritten_question: str | None = None  # a follow-up as it was searched and answered: rewritten with the history (and kept)
+    clarification: dict[str, Any] | None = None  # the question was asked back: reason, options (label, scope), prompt
+    first_token_s: float | None = None  # seconds from the question to the answer's first streamed token (streamed runs)
 
     def highlighted_sentence(self, mark: tuple[str, str] = ("**", "**")) -> str | None:
         """The evidence sentence with the answer's span between ``mark`` (markdown bold by default)."""
@@ -60,10 +64,21 @@ class AgenticResult:
         return text[e["sentence_start"]:e["start"]] + mark[0] + text[e["start"]:e["end"]] + mark[1] + text[e["end"]:e["sentence_end"]]
 
 
+def read_follow_up(result: AgenticResult, out: dict[str, Any]) -> None:
+    rewrite = out.get("follow_up", {}).get("rewrite")
+    if rewrite:
+        result.details["follow_up"] = rewrite
+        if rewrite.get("kept") and rewrite.get("rewritten"):
+            result.rewritten_question = rewrite["rewritten"]
+
+
 def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, features: Any) -> AgenticResult:
     if "per_part" in out:
-        return planned_result(question, out, trace)
+        result = planned_result(question, out, trace)
+        read_follow_up(result, out)
+        return result
     result = AgenticResult(question=question, answer="", sources=[], trace=trace)
+    read_follow_up(result, out)
     if "router" in out:
         result.route = out["router"].get("route")
         result.details["routing"] = out["router"].get("routing")
@@ -80,6 +95,10 @@ def result_from_outputs(question: str, out: dict[str, Any], trace: Trace, featur
     result.error = first_failure(trace, prefer=ANSWER_STEPS if result.failed else ())
     result.warnings = [f"{s.name}: {w}" for s in trace.steps for w in s.warnings]
 
+    if out.get("clarify", {}).get("clarification"):  # asked back: no answer yet, and no confidence in one
+        result.clarification = out["clarify"]["clarification"]
+        result.answer, result.exit_reason, result.confidence, result.symbol = result.clarification["prompt"], "needs_clarification", None, "?"
+        return result
     if "direct_answer" in out:  # the router chose no retrieval: no sources, so no calibrated confidence
         result.answer, result.exit_reason = reply_text(out["direct_answer"].get("replies")) or NO_ANSWER, "no_retrieval"
         if result.failed:

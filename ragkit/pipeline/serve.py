@@ -6,8 +6,14 @@ and replaces itself with ``hayhooks run`` on it, so the server's process id is t
 started with (stop it with that pid). Endpoints (Hayhooks'):
 
 * ``POST /ragkit/run`` with ``{"question": "..."}`` → answer, sources, confidence, exit reason, trace;
-* ``POST /v1/chat/completions`` with ``{"model": "ragkit", "messages": [...]}`` — OpenAI-compatible;
-  the last user message is the question, the reply is the answer followed by its sources.
+* ``POST /v1/chat/completions`` with ``{"model": "ragkit", "messages": [...]}`` — OpenAI-compatible
+  (:mod:`ragkit.pipeline.serve_chat`): the last user message is the question and the earlier messages its
+  history (a follow-up is rewritten with them when the pipeline has ``follow_ups``; the reply then opens
+  with "(read as: …)"); the reply is the answer, its sources and its confidence. A pipeline with
+  ``clarify`` may ask back with numbered options: the next message answers it ("2", "the second"), the
+  pending question kept server-side in ``served_conversations.sqlite`` (user data folder, ``$RAGKIT_DATA``).
+  With ``"stream": true`` the reply comes as server-sent events — the answer's tokens as they are
+  generated, then the sources and confidence — ending with ``data: [DONE]`` (:class:`DoneMarker`).
 
 Hayhooks' local tracing dashboard is turned off; nothing is sent anywhere.
 
@@ -16,6 +22,9 @@ Usage::
     ragkit export --all-features -o pipeline.yaml
     ragkit serve pipeline.yaml --port 1416
     curl -s localhost:1416/v1/chat/completions -d '{"model": "ragkit", "messages": [{"role": "user", "content": "Where was Tesla born?"}]}'
+    curl -sN localhost:1416/v1/chat/completions -d '{"model": "ragkit", "stream": true, "messages": [
+        {"role": "user", "content": "Where was Nikola Tesla born?"}, {"role": "assistant", "content": "Smiljan [1]"},
+        {"role": "user", "content": "and what did he study?"}]}'
 """
 
 from __future__ import annotations
@@ -24,12 +33,14 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from hayhooks import BasePipelineWrapper, get_last_user_message
+from hayhooks import BasePipelineWrapper
+from haystack.dataclasses import StreamingChunk
 
 from ragkit.index.retrieval import QueryError
 from ragkit.pipeline.export import load_exported, run_exported
+from ragkit.pipeline.serve_chat import ChatReplies
 
 PIPELINE_NAME = "ragkit"
 YAML_ENV = "RAGKIT_PIPELINE_YAML"
@@ -43,6 +54,7 @@ class PipelineWrapper(BasePipelineWrapper):
         if not path:
             raise RuntimeError(f"set {YAML_ENV} to the pipeline YAML written by `ragkit export`")
         self.pipeline = load_exported(Path(path))
+        self.chat = ChatReplies(self.pipeline)
 
     def run_api(self, question: str) -> dict[str, Any]:
         """Ask the pipeline one question: answer, sources, confidence, route, exit reason, trace rows;
@@ -55,17 +67,45 @@ class PipelineWrapper(BasePipelineWrapper):
         except QueryError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
-        question = get_last_user_message(messages)
-        try:
-            out = run_exported(self.pipeline, question or "")
-        except QueryError as exc:
-            return f"error: {exc}"
-        if out["failed"]:  # said as an error, never passed off as an answer
-            return f"error: no answer could be produced: {out['error']}"
-        cited = "\n".join(f"[{i}] {s['source']}" for i, s in enumerate(out["sources"], 1))
-        sureness = f"confidence {out['symbol']} {out['confidence']:.2f}" if out["confidence"] is not None else ""
-        return "\n\n".join(part for part in (out["answer"], f"Sources:\n{cited}" if cited else "", sureness) if part)
+    def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str | Iterator[StreamingChunk]:
+        """The reply to the conversation's last user message; a generator of chunks (sent as server-sent
+        events by Hayhooks) when the request asks for ``"stream": true``."""
+        return self.chat.reply(messages, stream=bool(body.get("stream")))
+
+
+class DoneMarker:
+    """ASGI middleware: ends each chat-completion event stream with OpenAI's ``data: [DONE]`` line, which
+    Hayhooks 2.1.0 leaves out (OpenAI's clients stop at it; some wait for it)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").endswith("/chat/completions"):
+            await self.app(scope, receive, send)
+            return
+        event_stream = False
+
+        async def send_with_done(message: dict) -> None:
+            nonlocal event_stream
+            if message["type"] == "http.response.start":
+                event_stream = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", []))
+            elif event_stream and message["type"] == "http.response.body" and not message.get("more_body", False):
+                message = {**message, "body": message.get("body", b"") + b"data: [DONE]\n\n"}
+            await send(message)
+
+        await self.app(scope, receive, send_with_done)
+
+
+def with_done_marker(make_app: Callable[[], Any]) -> Callable[[], Any]:
+    """``make_app`` (Hayhooks' app factory), its app ending event streams with ``data: [DONE]``."""
+
+    def make() -> Any:
+        app = make_app()
+        app.add_middleware(DoneMarker)
+        return app
+
+    return make
 
 
 def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416) -> int:
@@ -75,8 +115,12 @@ def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416) 
     folder.mkdir()
     (folder / "pipeline_wrapper.py").write_text("from ragkit.pipeline.serve import PipelineWrapper  # noqa: F401\n", encoding="utf-8")
     env = {**os.environ, YAML_ENV: str(path)}
-    # `python -m hayhooks` does nothing (its __main__ is empty): call the CLI its console script calls
-    launcher = "import sys; from hayhooks.cli import hayhooks_cli; sys.argv[0] = 'hayhooks'; sys.exit(hayhooks_cli())"
+    # `python -m hayhooks` does nothing (its __main__ is empty): call the CLI its console script calls, its
+    # app factory wrapped so that event streams end as OpenAI's do
+    launcher = (
+        "import sys; import hayhooks.cli.base as cli; from hayhooks.cli import hayhooks_cli; from ragkit.pipeline.serve import with_done_marker; "
+        "cli.get_app = with_done_marker(cli.get_app); sys.argv[0] = 'hayhooks'; sys.exit(hayhooks_cli())"
+    )
     args = [sys.executable, "-c", launcher, "run", "--host", host, "--port", str(port), "--pipelines-dir", str(folder.parent), "--without-tracing"]
     os.execve(sys.executable, args, env)  # the server takes this process over: its pid is ours
     return 0  # pragma: no cover

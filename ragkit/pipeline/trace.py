@@ -3,19 +3,17 @@
 ``RagkitTracer`` is a ``haystack.tracing.Tracer``: while it collects, every ``Pipeline.run`` — ragkit's
 or one a user assembled — reports each component run as a :class:`Step` (wall time, documents in
 and out with scores). ragkit components add what only they know through :func:`record`: LLM calls,
-prompt/completion tokens, decisions, and fallbacks (an LLM reply that could not be parsed, an LLM
-that raised). Haystack ships an OpenTelemetry/Datadog/logging tracer but nothing that keeps spans
+prompt/completion tokens, decisions, fallbacks (an LLM reply that could not be parsed, an LLM
+that raised), and when a streamed step's first token came. Haystack ships an OpenTelemetry/Datadog/logging tracer but nothing that keeps spans
 in memory for a notebook to show, which is why this one exists.
 
 It sits *beside* a tracer the user enabled (``LoggingTracer``, OpenTelemetry, Langfuse): while
-:meth:`RagkitTracer.collect` runs, every span goes to both, the user's tracer sees ragkit's own tags
-(``ragkit.llm_calls`` …) too, and Haystack's content-tracing switch stays as the user set it — ragkit
-reads the documents a step received whatever it says, the user's tracer only when they enabled it.
+:meth:`RagkitTracer.collect` runs, every span goes to both (ragkit's tags too), and Haystack's
+content-tracing switch stays as the user set it (ragkit reads a step's documents regardless).
 
 Usage::
 
-    tracer = RagkitTracer()
-    with tracer.collect() as trace:
+    with RagkitTracer().collect() as trace:
         pipeline.run(...)
     trace.table()   # list of dicts, one per step
 """
@@ -53,6 +51,7 @@ class Step:
     fallbacks: list[str] = field(default_factory=list)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)  # degraded but usable: a reply cut at max_tokens, a trimmed prompt
+    first_token: float | None = None  # time.perf_counter() when this step's first streamed token arrived (streamed runs only)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -118,6 +117,11 @@ class Trace:
     def seconds(self) -> float:
         return sum(s.seconds for s in self.steps)
 
+    @property
+    def first_token(self) -> float | None:
+        """``time.perf_counter()`` of the first token streamed in this run (None if nothing streamed)."""
+        return min((s.first_token for s in self.steps if s.first_token is not None), default=None)
+
     def table(self) -> list[dict[str, Any]]:
         return [s.row() for s in self.steps]
 
@@ -164,6 +168,8 @@ class _Span(tracing.Span):
             raise StepReached(self.tags.get("haystack.component.name", self.operation), dict(value or {}))
         if key.startswith(_PREFIX) and key in self.tags and isinstance(value, (int, float)) and key.endswith(("_calls", "_tokens", "_reused", "_hits", "_seconds")):
             self.tags[key] += value  # counters accumulate over several LLM calls in one step
+        elif key == _PREFIX + "first_token":
+            self.tags.setdefault(key, value)  # the step's first streamed token, not its last call's
         elif key in (_PREFIX + "fallback", _PREFIX + "warning"):
             self.tags.setdefault(key, []).append(value)
         elif key == _PREFIX + "decision" and isinstance(value, dict):
@@ -188,6 +194,7 @@ class _Span(tracing.Span):
             fallbacks=list(tags.get(_PREFIX + "fallback", [])),
             error=tags.get(_PREFIX + "error"),
             warnings=list(tags.get(_PREFIX + "warning", [])),
+            first_token=tags.get(_PREFIX + "first_token"),
         )
         inputs = tags.get("haystack.component.input") or {}
         outputs = tags.get("haystack.component.output") or {}

@@ -1,4 +1,4 @@
-"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``pipeline``, ``export``, ``serve``, ``info``; the
+"""``ragkit`` command line: ``index PATH``, ``ask "question"``, ``chat``, ``pipeline``, ``export``, ``serve``, ``info``; the
 evaluation commands (``testset``, ``eval``, ``report``, ``tune``, ``strategies``) are :mod:`ragkit.ui.cli_eval`'s."""
 
 from __future__ import annotations
@@ -102,7 +102,6 @@ def cmd_ask(args, console) -> int:
     3 no answer could be produced (the LLM was unreachable, timed out, or replied with nothing
     usable: one line on stderr names the step and the endpoint), 2 a bad question, config or index."""
     from rich.console import Console
-    from rich.table import Table
 
     from ragkit.index.retrieval import check_query
 
@@ -127,39 +126,26 @@ def cmd_ask(args, console) -> int:
         }, indent=1, default=str))
         _report_failures(errors, result, status)
         return status
-    console.print(f"[bold]Q:[/] {shown(result.question)}")
-    console.print(f"[bold green]A:[/] {shown(result.answer)}")
-    for i, part in enumerate(result.details.get("parts") or [] if len(result.details.get("parts") or []) > 1 else [], 1):
-        console.print(f"[dim]part {i}:[/] {shown(part['question'])} → {shown(part['answer'])} · {part['symbol']} {part['confidence'] or 0:.2f} · {shown(part['exit_reason'] or '')}")
+    from rich.text import Text
+
+    from ragkit.ui.terminal import answer_block, facts_line, plain, sources_block, trace_caption, trace_table
+
+    console.print(Text.assemble(("Q: ", "bold"), plain(result.question)))
+    console.print(answer_block(result))
     evidence = result.evidence
     if evidence:
         text = result.sources[evidence["source"] - 1].content or ""
         before, span, after = (text[evidence["sentence_start"]:evidence["start"]], text[evidence["start"]:evidence["end"]], text[evidence["end"]:evidence["sentence_end"]])
         how = "copied from" if result.answer_mode == "grounded" else "found verbatim in"
-        console.print(f"[dim]Evidence ({how} source {evidence['source']}):[/] {shown(before)}[bold reverse]{shown(span)}[/]{shown(after)}")
+        console.print(Text.assemble((f"Evidence ({how} source {evidence['source']}): ", "dim"), plain(before), (plain(span), "bold reverse"), plain(after)))
     if note:
-        console.print(f"[dim]({note})[/]")
-    sureness = (f"declined (sources lack the answer: {result.p_lacks_answer:.0%} sure)" if result.p_lacks_answer is not None else "declined") if result.declined else (
-        f"{result.symbol} {result.confidence:.2f} chance the answer is right" if result.confidence is not None else "")
-    failed = f"failed: {', '.join(result.failed_steps)}" if result.failed_steps else ""
-    facts = [sureness, failed, f"route {result.route}" if result.route else "",
-             f"exit {result.exit_reason}" if result.exit_reason else "", f"{result.seconds:.2f} s", f"{trace.llm_calls} LLM calls",
-             f"{trace.prompt_tokens_evaluated} prompt tokens evaluated, {trace.prompt_tokens_reused} reused"]
-    console.print(shown(" · ".join(f for f in facts if f)))
-    sources = Table(title="Sources")
-    for col in ("#", "source", "where", "score"):
-        sources.add_column(col)
-    for i, doc in enumerate(result.sources, 1):
-        where = ", ".join(f"{k} {doc.meta[k]}" for k in ("page", "section") if doc.meta.get(k) is not None)
-        sources.add_row(str(i), shown(doc.meta.get("source")), shown(where), f"{doc.score:.4f}" if doc.score is not None else "")
-    console.print(sources)
-    table = Table(title="Trace: every step of the graph, in run order")
-    rows = trace.table()
-    for col in (rows[0] if rows else {}):
-        table.add_column(col, justify="right" if col in ("ms", "llm_calls", "prompt_tokens", "reused", "completion_tokens") else "left")
-    for row in rows:
-        table.add_row(*[shown(v) for v in row.values()])
-    console.print(table)
+        console.print(Text(f"({note})", style="dim"))
+    console.print(facts_line(result))
+    if result.sources:
+        console.print(Text("Sources", style="bold"))
+        console.print(sources_block(result))
+    console.print(trace_table(trace, wide=args.wide))
+    console.print(trace_caption(trace))
     _report_failures(errors, result, status)
     return status
 
@@ -177,6 +163,21 @@ def _report_failures(errors, result, status: int) -> None:
 def _step_error(result, name: str) -> str:
     step = result.trace.step(name)
     return (step.error or (step.fallbacks[0] if step.fallbacks else "")) if step else ""
+
+
+def cmd_chat(args, console) -> int:
+    """A terminal conversation (ragkit.ui.chat_cli): follow-ups, clarification, streaming, sessions on disk."""
+    from dataclasses import replace
+
+    from ragkit.conversation.session import ChatSession, chat_features
+    from ragkit.ui.chat_cli import ChatLoop
+
+    features = chat_features(_features(args))
+    features = replace(features, follow_ups=not args.no_follow_ups, clarify=not args.no_clarify)
+    if args.follow_up_backend:
+        features.follow_up_backend = args.follow_up_backend
+    session = ChatSession(args.session, index_dir=args.index_dir, features=features.validate(), config=_config(args), path=args.sessions_file)
+    return ChatLoop(session, console).run()
 
 
 def cmd_pipeline(args, console) -> int:
@@ -262,8 +263,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
     p.add_argument("--llm", help="embedded model name (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b) or a .gguf path")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--wide", action="store_true", help="also show each step's prompt, reused and generated tokens in the trace")
     _feature_args(p)
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("chat", parents=[common], help="a conversation with the documents: follow-ups, clarification, streaming; sessions kept on disk")
+    p.add_argument("--session", default="default", help="the session to continue or start (default: default)")
+    p.add_argument("--sessions-file", help="the SQLite file sessions live in (default: sessions.sqlite in $RAGKIT_DATA or ~/.local/share/ragkit)")
+    p.add_argument("--llm", help="embedded model name (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b) or a .gguf path")
+    p.add_argument("--no-follow-ups", action="store_true", help="answer every question alone (no rewrite with the history)")
+    p.add_argument("--no-clarify", action="store_true", help="never ask back, even when the evidence reads the question several ways")
+    p.add_argument("--follow-up-backend", choices=["llm", "rules"], help="how a follow-up is rewritten (default: the Features default)")
+    _feature_args(p)
+    p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("pipeline", parents=[common], help="print (or write) the graph a Features config compiles to, as Mermaid text")
     _feature_args(p)

@@ -4,7 +4,8 @@ A headless nbclient run (tests/test_notebooks.py) proves the cells execute; it c
 that renders as "HBox(children=…)", a blank or duplicated figure, a browser console error, or a panel
 that scrolls sideways at laptop width. This test opens each notebook in JupyterLab, runs
 Kernel → Restart Kernel and Run All Cells (with RAGKIT_QUICK=1, the notebooks' quick variant), clicks
-the feature lab's toggles and Run the way a person does, and checks what the page shows.
+the feature lab's toggles and Run and the conversation notebook's clarification buttons the way a
+person does, and checks what the page shows.
 
 Each notebook runs once per session (``NotebookRuns``); the tests below only read what that run
 recorded, so one slow browser run reports every failing check separately. Screenshots and the
@@ -36,8 +37,9 @@ _spec.loader.exec_module(driver)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.llm]
 
-NOTEBOOKS = ["01_quickstart", "07_feature_lab", "08_planning", "09_evaluate_your_documents"]
+NOTEBOOKS = ["01_quickstart", "07_feature_lab", "08_planning", "09_evaluate_your_documents", "10_conversation"]
 PANEL_NOTEBOOKS = ["07_feature_lab"]
+CHAT_NOTEBOOKS = ["10_conversation"]  # notebooks with a chat widget (ragkit.ui.chat_widget) left waiting for a choice
 # What a person does in the feature lab: each step flips these checkboxes, then presses Run.
 PANEL_STEPS = [("grading",), ("hyde",)]
 # The on/off features, each a checkbox a person can tick.
@@ -124,8 +126,10 @@ class NotebookRun:
     cells: list[dict] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     panel: dict[str, Any] | None = None
+    chat: dict[str, Any] | None = None
     error: BaseException | None = None
     panel_error: BaseException | None = None
+    chat_error: BaseException | None = None
 
 
 class NotebookRuns:
@@ -155,6 +159,13 @@ class NotebookRuns:
                         f" (see {SHOTS / name}_panel_failed.png)", pytrace=False)
         return run.panel
 
+    def chat(self, name: str) -> dict[str, Any]:
+        run = self.get(name)
+        if run.chat_error is not None:
+            pytest.fail(f"{name}: working the chat widget failed: {type(run.chat_error).__name__}: {run.chat_error}"
+                        f" (see {SHOTS / name}_chat_failed.png)", pytrace=False)
+        return run.chat
+
     def _run(self, run: NotebookRun) -> None:
         path = f"notebooks/{run.name}.ipynb"
         page = driver.LabPage.open(self.browser, self.lab, path)
@@ -174,6 +185,12 @@ class NotebookRuns:
                 except Exception as exc:  # noqa: BLE001 - the panel tests report it; the notebook's own checks still run
                     run.panel_error = exc
                     page.screenshot(SHOTS / f"{run.name}_panel_failed.png")
+            if run.name in CHAT_NOTEBOOKS:
+                try:
+                    run.chat = exercise_chat(page, run.name)
+                except Exception as exc:  # noqa: BLE001 - the chat tests report it; the notebook's own checks still run
+                    run.chat_error = exc
+                    page.screenshot(SHOTS / f"{run.name}_chat_failed.png")
             run.console_errors = list(page.console_errors)
         finally:
             page.close()
@@ -257,6 +274,64 @@ def press_run(page, panel) -> dict[str, Any]:
     after = last[-1]
     return {"seconds": round(time.monotonic() - t0, 1), "before": before, "after": after,
             "cell_images": after["images"] + after["outside"]}
+
+
+# What a chat widget shows: its last message, the step line, its option buttons and whether each
+# button's label fits (a label cut off by the button or the notebook's width is a bug).
+_JS_CHAT_STATE = """(chat) => {
+    const last = chat.querySelector('.ragkit-chat-messages')?.lastElementChild;
+    const box = chat.getBoundingClientRect();
+    return {
+        messages: chat.querySelector('.ragkit-chat-messages')?.children.length ?? 0,
+        last: (last?.innerText ?? '').trim(),
+        status: (chat.querySelector('.ragkit-chat-status')?.innerText ?? '').trim(),
+        options: [...chat.querySelectorAll('.ragkit-chat-option')].map(b => {
+            const r = b.getBoundingClientRect();
+            return {label: b.innerText.trim(), cut: b.scrollWidth > b.clientWidth + 1 || r.right > box.right + 1 || r.right > window.innerWidth + 1};
+        }),
+        right: box.right, window: window.innerWidth,
+    };
+}"""
+
+# Every state the chat widget passes through while a question runs (the step line, the streamed answer).
+_JS_CHAT_WATCH = """(chat) => {
+    window.__ragkitChatSeen = [];
+    if (window.__ragkitChatObserver) window.__ragkitChatObserver.disconnect();
+    window.__ragkitChatObserver = new MutationObserver(() => window.__ragkitChatSeen.push({
+        status: (chat.querySelector('.ragkit-chat-status')?.innerText ?? '').trim(),
+        last: (chat.querySelector('.ragkit-chat-messages')?.lastElementChild?.innerText ?? '').trim()}));
+    window.__ragkitChatObserver.observe(chat, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def exercise_chat(page, name: str) -> dict[str, Any]:
+    """Screenshot every chat widget, then click the second option of the one left waiting for a choice
+    and wait (bounded) until its last message holds the answer with its confidence."""
+    chats = page.page.locator(".ragkit-chat")
+    record: dict[str, Any] = {"widgets": chats.count(), "layout": []}
+    for i in range(record["widgets"]):
+        chats.nth(i).evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(SHOTS / f"{name}_chat_{i + 1}.png")
+        record["layout"].append((f"chat widget {i + 1} after run all", chats.nth(i).evaluate(_JS_OVERFLOW), chats.nth(i).evaluate(_JS_CHAT_STATE)))
+    with_options = chats.evaluate_all("els => els.map(el => !!el.querySelector('.ragkit-chat-option'))")
+    assert any(with_options), "no chat widget shows option buttons after run all (the last one should be waiting for a choice)"
+    chat = chats.nth(max(i for i, has in enumerate(with_options) if has))  # by position: its buttons go once clicked
+    record["before"] = chat.evaluate(_JS_CHAT_STATE)
+    button = chat.locator(".ragkit-chat-option").nth(1)
+    record["clicked"] = button.inner_text().strip()
+    chat.evaluate(_JS_CHAT_WATCH)
+    t0 = time.monotonic()
+    button.click()
+    driver.wait_until(lambda: CONFIDENCE.search(chat.evaluate(_JS_CHAT_STATE)["last"]), PANEL_RUN_TIMEOUT,
+                      "the chat's last message to show the answer with its confidence")
+    page.wait_kernel_idle(PANEL_RUN_TIMEOUT, "the chat's answer to finish")
+    record["seconds"] = round(time.monotonic() - t0, 1)
+    record["after"] = chat.evaluate(_JS_CHAT_STATE)
+    record["seen"] = page.page.evaluate("() => window.__ragkitChatSeen")
+    chat.evaluate("el => el.scrollIntoView({block: 'end'})")
+    page.screenshot(SHOTS / f"{name}_chat_after_click.png")
+    record["layout"].append(("after the click", chat.evaluate(_JS_OVERFLOW), record["after"]))
+    return record
 
 
 def blank_images(srcs: list[str]) -> list[str]:
@@ -385,3 +460,32 @@ def test_panel_slider_values_visible_at_1280(runs, name):
     assert all(readouts["sliders"] > 0 for _, _, readouts in layout), "no slider found in the panel"
     problems = [f"{when}: {what}" for when, _, readouts in layout for what in readouts["problems"]]
     assert not problems, "\n".join(problems) + f"\nsee {SHOTS / name}_panel.png"
+
+
+# -- the conversation notebook's chat widget -----------------------------------------------------
+@pytest.mark.parametrize("name", CHAT_NOTEBOOKS)
+def test_chat_click_on_an_option_answers_it(runs, name):
+    """A person clicks "2) Nikola Tesla" under "Which one do you mean?": the step now running shows,
+    the answer streams into the last message, and it ends with the answer, ● ◐ ○ and the option chosen."""
+    chat = runs.chat(name)
+    labels = [o["label"] for o in chat["before"]["options"]]
+    assert len(labels) >= 2 and "Which one do you mean?" in chat["before"]["last"], chat["before"]
+    after = chat["after"]
+    assert after["messages"] == chat["before"]["messages"] + 1, (chat["before"]["messages"], after["messages"])
+    chosen = chat["clicked"].split(") ", 1)[-1]
+    assert CONFIDENCE.search(after["last"]) and chosen in after["last"], after["last"]
+    assert not after["options"] and not after["status"], after  # the question is answered: no buttons, no step running
+    assert any(s["status"].startswith("running") for s in chat["seen"]), "no step was shown while the answer ran"
+    assert any("▍" in s["last"] for s in chat["seen"]), "the answer never showed streaming (a partial answer with its caret)"
+
+
+@pytest.mark.parametrize("name", CHAT_NOTEBOOKS)
+def test_chat_fits_at_1280(runs, name):
+    """No chat widget scrolls sideways or cuts an option's label off at laptop width."""
+    chat = runs.chat(name)
+    assert chat["widgets"] >= 2, chat["widgets"]
+    problems = [f"{when}: {what}" for when, overflow, _ in chat["layout"] for what in overflow]
+    problems += [f"{when}: option {o['label']!r} cut off" for when, _, state in chat["layout"] for o in state["options"] if o["cut"]]
+    problems += [f"{when}: widget ends at x {state['right']:.0f} in a {state['window']} px window" for when, _, state in chat["layout"]
+                 if state["right"] > state["window"] + 1]
+    assert not problems, "\n".join(problems) + f"\nsee {SHOTS / name}_chat_*.png"

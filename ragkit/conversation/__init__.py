@@ -1,0 +1,1 @@
+"""Conversations: follow-ups, clarification, sessions stored in SQLite (:mod:`ragkit.conversation.session`)."""

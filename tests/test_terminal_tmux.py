@@ -1,0 +1,144 @@
+"""`ragkit ask` and `ragkit chat` in a real terminal: tmux at 80×24 and 120×40, keys sent, the screen read.
+
+What a person sees is asserted on the captured pane: the answer and its confidence on screen, every
+trace step's name in full (never cut to "deco…"), each part's answer once, and in the chat a follow-up
+read with the history, a clarification asked back and resolved by "the second", and the session
+continued by a new process. The tmux server is private to the test (its own socket) and killed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_NAMES = {"decompose", "per_part", "answer", "retriever", "guard", "confidence", "evidence"}
+TRUNCATED_WORD = re.compile(r"\w…")
+
+
+class Tmux:
+    def __init__(self, socket: Path, width: int, height: int, env: dict[str, str]):
+        if shutil.which("tmux") is None:
+            pytest.fail("tmux is not installed (`make test` installs it)")
+        self.base = ["tmux", "-S", str(socket)]
+        self.env = env
+        self.width, self.height = width, height
+
+    def start(self, command: str) -> None:
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        subprocess.run([*self.base, "new-session", "-d", "-x", str(self.width), "-y", str(self.height), f"env {exports} {command}; sleep 600"], check=True)
+        subprocess.run([*self.base, "set-option", "-g", "history-limit", "5000"], check=True)
+
+    def send(self, text: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-l", text], check=True)
+        subprocess.run([*self.base, "send-keys", "Enter"], check=True)
+
+    def screen(self, scrollback: bool = False) -> str:
+        args = [*self.base, "capture-pane", "-p", "-J"] + (["-S", "-3000"] if scrollback else [])
+        return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+    def wait_for(self, predicate, timeout: float, scrollback: bool = True) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen(scrollback)
+            if predicate(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s; the screen:\n{self.screen()}")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    made: list[Tmux] = []
+    env = {"RAGKIT_LLM": "qwen2.5-coder-0.5b", "RAGKIT_MAX_NEW_TOKENS": "48", "RAGKIT_DATA": str(tmp_path / "data"), "TERM": "xterm-256color",
+           "HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(tmp_path))}
+
+    def make(width: int, height: int) -> Tmux:
+        tmux = Tmux(tmp_path / f"tmux-{len(made)}.sock", width, height, env)  # a server each
+        made.append(tmux)
+        return tmux
+
+    yield make
+    for tmux in made:
+        tmux.kill()
+
+
+def visible_lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (120, 40)])
+def test_ask_decompose_reads_at_this_width(terminal, sample_index_dir, width, height):
+    tmux = terminal(width, height)
+    question = "Where was Nikola Tesla born, and what did he study?"
+    tmux.start(f"{shlex.quote(sys.executable)} -m ragkit.ui.cli ask {shlex.quote(question)} --decompose --index-dir {shlex.quote(str(sample_index_dir))}")
+    text = tmux.wait_for(lambda s: "trace" in s.lower() and re.search(r"[●◐○]\s*\d\.\d\d", s) is not None and "LLM" in s, timeout=300)
+    lines = visible_lines(text)
+    assert all(len(line) <= width for line in lines)
+    assert not TRUNCATED_WORD.search(text), "a word cut with …:\n" + text
+    assert "Smiljan" in text, text
+    # each part's answer once: the parts are listed, not repeated under the answer
+    assert text.count("Smiljan") <= 2, text  # the answer and its cited source line at most
+    names = {m for m in STEP_NAMES if re.search(rf"(?m)^\W*{m}\b", text)}
+    assert {"decompose", "per_part"} <= names, text
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (120, 40)])
+def test_chat_follow_up_clarification_and_a_second_process(terminal, sample_index_dir, tmp_path, width, height):
+    sessions = tmp_path / f"sessions-{width}.sqlite"
+    command = (f"{shlex.quote(sys.executable)} -m ragkit.ui.cli chat --session tesla --sessions-file {shlex.quote(str(sessions))} "
+               f"--follow-up-backend rules --index-dir {shlex.quote(str(sample_index_dir))}")
+    tmux = terminal(width, height)
+    tmux.start(command)
+    tmux.wait_for(lambda s: "you›" in s, timeout=240)
+    prompts = lambda s: s.count("you›")  # noqa: E731
+
+    tmux.send("Where was Nikola Tesla born?")
+    text = tmux.wait_for(lambda s: prompts(s) >= 2, timeout=240)
+    assert "Smiljan" in text and re.search(r"[●◐○]\s*\d\.\d\d", text), text
+
+    tmux.send("and what did he study?")
+    text = tmux.wait_for(lambda s: prompts(s) >= 3, timeout=240)
+    assert re.search(r"read as.*Tesla", text), text  # the rewrite is shown
+
+    tmux.send("/trace")
+    text = tmux.wait_for(lambda s: prompts(s) >= 4, timeout=60)
+    trace = text[text.rfind("/trace"):]
+    assert "follow_up" in trace and "answer" in trace, trace
+    assert not TRUNCATED_WORD.search(trace), trace
+    assert all(len(line) <= width for line in visible_lines(trace))
+
+    tmux.send("/new")
+    tmux.wait_for(lambda s: prompts(s) >= 5, timeout=60)
+    tmux.send("When was he born?")
+    text = tmux.wait_for(lambda s: prompts(s) >= 6, timeout=240)
+    asked = text[text.rfind("When was he born?"):]
+    assert "Genghis Khan" in asked and "Nikola Tesla" in asked, asked
+    tmux.send("the second" if asked.find("Nikola Tesla") > asked.find("Genghis Khan") else "the first")
+    text = tmux.wait_for(lambda s: prompts(s) >= 7, timeout=240)
+    answered = text[text.rfind("you›", 0, text.rfind("you›")):]
+    assert "answering about Nikola Tesla" in answered and re.search(r"[●◐○]\s*\d\.\d\d", answered), answered
+    assert "Nikola_Tesla.md" in answered and "Genghis_Khan.md" not in answered, answered  # answered in the chosen scope
+    screen = tmux.screen()
+    assert all(len(line) <= width for line in visible_lines(screen))
+    tmux.send("/quit")
+
+    # a new process on the same session file continues the conversation where it left off
+    again = terminal(width, height)
+    again.start(command)
+    text = again.wait_for(lambda s: "you›" in s, timeout=240)
+    assert "and what did he study?" in text or "Tesla" in text, text
