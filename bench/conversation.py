@@ -221,7 +221,7 @@ def scripted_choices(rows: list[dict], items: dict[str, dict], ratio: float, rag
         answered = not result.failed and not result.declined and result.exit_reason not in ("no_context", "needs_clarification") and bool(result.sources)
         results.append({"id": row["id"], "entity_offered": offered, "chosen": chosen["label"], "about_chosen": answered and sources == set(chosen["scope"]["source"]),
                         "exit_reason": result.exit_reason, "sources": sorted(sources), "answer": result.answer,
-                        "f1": max(f1_score(result.answer, a) for a in item["answers"]) if offered else None})
+                        "f1": f1_score(result.answer, item["answers"]) if offered else None})
     n, offered = len(results), [r for r in results if r["entity_offered"]]
     return {"asked_ambiguous": n, "about_chosen": round(sum(r["about_chosen"] for r in results) / n, 3) if n else None,
             "entity_offered": round(sum(r["entity_offered"] for r in results) / n, 3) if n else None,
@@ -314,7 +314,8 @@ def main() -> int:
             pairs = load_jsonl(SETS_DIR / "squad_dev.follow_ups.jsonl")
             report["latency"] = latency(pairs, index, retriever, generator(SMALL), ["rules", "llm"], args.latency_pairs)
             report["latency"]["model"] = SMALL
-    report["command"] = "python " + " ".join(sys.argv)
+    for part in parts:  # each part's figures come from the command that last ran it
+        report.setdefault("commands", {})[part] = "python " + " ".join(sys.argv)
     report["written"] = time.strftime("%Y-%m-%d %H:%M")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -331,7 +331,7 @@ def conversation_tables(d: dict) -> dict[str, str]:
                  "|" + " --- |" * (len(names) + 6)]
         for name, e in follow.items():
             gap = ", ".join(f"{k} {v:.0f}%" for k, v in e["gap_closed"].items() if v is not None and not k.endswith("_always"))
-            alone = ", ".join(f"{k} {v['untouched']:.1f}% / {-v['drop_points']:+.1f} pt" for k, v in e["self_contained"].items())
+            alone = ", ".join(f"{k} {v['untouched']:.1f}% / {(-v['drop_points'] or 0.0):+.1f} pt" for k, v in e["self_contained"].items())
             lines.append(f"| {name} | {e['pairs']} | {e['recall@5']['raw']:.1f} | {e['recall@5']['ceiling']:.1f} | "
                          + " | ".join(f"{e['recall@5'][k]:.1f}" for k in names) + f" | {gap} | {alone} |")
         out["conversation.json follow_ups"] = "\n".join(lines)

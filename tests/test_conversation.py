@@ -151,7 +151,7 @@ def test_follow_up_rewriter_round_trips_and_checks_its_arguments():
     assert type(again.chat_generator) is MockChatGenerator and again.to_dict() == step.to_dict()
     rules = FollowUpRewriter.from_dict(FollowUpRewriter(backend="rules", index_path="/i").to_dict())
     assert rules.backend == "rules" and rules.chat_generator is None
-    for bad in (dict(backend="gpt"), dict(backend="llm"), dict(backend="rules", keep_signal="bm25"), dict(backend="rules", history_tokens=0)):
+    for bad in (dict(backend="gpt"), dict(backend="llm"), dict(backend="rules", keep_signal="bm25"), dict(backend="rules", history_tokens=0), dict(backend="rules", keep_margin=-0.1)):
         with pytest.raises(ValueError):
             FollowUpRewriter(index_path="/i", **bad)
 
@@ -221,9 +221,12 @@ def test_the_llm_sees_only_the_history_that_fits():
     assert "Nikola Tesla" in prompt and "Curie" not in prompt
 
 
-@pytest.mark.parametrize("raw, rewritten, kept", [(0.62, 0.55, False), (0.40, 0.71, True), (0.50, 0.50, True), (None, 0.3, True)])
-def test_the_rewrite_is_kept_only_when_retrieval_is_at_least_as_sure(raw, rewritten, kept):
-    step = FollowUpRewriter(backend="rules", index=fake_index(), keep_signal="dense_top")
+@pytest.mark.parametrize("raw, rewritten, margin, kept", [
+    (0.62, 0.55, 0.0, False), (0.62, 0.55, 0.1, True), (0.70, 0.55, 0.1, False), (0.40, 0.71, 0.1, True), (0.50, 0.50, 0.0, True), (None, 0.3, 0.1, True),
+])
+def test_the_rewrite_is_kept_only_when_retrieval_is_at_least_as_sure(raw, rewritten, margin, kept):
+    """Kept unless the rewrite's best dense cosine falls more than ``keep_margin`` below the raw question's."""
+    step = FollowUpRewriter(backend="rules", index=fake_index(), keep_signal="dense_top", keep_margin=margin)
     signals = {"and what did he study?": raw, "What did Nikola Tesla study?": rewritten}
     asked = []
     step._signal = lambda query: asked.append(query) or signals[query]  # the retrieval's best dense score for the query
@@ -279,7 +282,7 @@ def test_at_most_four_options():
                               doc("George Washington", "He was the first president.", 0.8)], "one subject"),
     ("Where was George Washington born?", WASHINGTONS, "names"),
     ("How big is the state of Washington?", WASHINGTONS, "names"),
-    ("Where is Washington?", [doc("Washington (state)", "Washington is a state.", 0.95), doc("George Washington", "George Washington.", 0.40)], "leads"),
+    ("Where is Washington?", [doc("Washington (state)", "Washington is a state.", 0.95), doc("George Washington", "George Washington.", 0.25)], "leads"),
     ("What is the speed of light?", WASHINGTONS, "share no name"),
     ("Where is Washington?", [], "one subject"),
 ])
@@ -387,7 +390,7 @@ def test_without_an_index_only_the_shape_is_checked():
 # -- features and the graph's conversation sockets ----------------------------------------------------------
 def test_conversation_features_validate_and_round_trip():
     f = Features()
-    assert (f.follow_ups, f.follow_up_backend, f.history_tokens, f.clarify, f.clarify_ratio) == (False, "llm", 400, False, 0.8)
+    assert (f.follow_ups, f.follow_up_backend, f.history_tokens, f.clarify, f.clarify_ratio) == (False, "rules", 400, False, 0.3)
     on = Features(follow_ups=True, follow_up_backend="rules", history_tokens=64, clarify=True, clarify_ratio=0.6, hyde=True).validate()
     again = Features.from_dict(on.to_dict())
     assert (again.follow_ups, again.follow_up_backend, again.history_tokens, again.clarify, again.clarify_ratio) == (True, "rules", 64, True, 0.6)
@@ -547,9 +550,10 @@ def engine(session_index, fast_config):
     """One engine for the module (as ``ragkit chat`` keeps one): the scripted LLM is reset per test."""
     from ragkit.conversation.session import chat_features
     from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
 
-    llm = ScriptedLLM()
-    return AgenticRAG(chat_features(), config=fast_config, index=session_index, chat_generator=MockChatGenerator(response_fn=llm)), llm
+    llm = ScriptedLLM()  # the LLM rewrite (not the default rules) so the scripted model's part is exercised
+    return AgenticRAG(chat_features(Features(follow_up_backend="llm")), config=fast_config, index=session_index, chat_generator=MockChatGenerator(response_fn=llm)), llm
 
 
 @pytest.fixture

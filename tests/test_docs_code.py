@@ -106,7 +106,8 @@ def test_bash_blocks_run(page, work):
         if " serve " in command or "jupyter lab" in command:
             serve_and_stop(command, work)
             continue
-        done = subprocess.run(command, shell=True, cwd=work, env=reader_env(), capture_output=True, text=True, timeout=600)
+        # no keyboard: an interactive command (`ragkit chat`) reads end-of-input and quits as after Ctrl-D
+        done = subprocess.run(command, shell=True, cwd=work, env=reader_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"{page.name}: `{command}` exited {done.returncode}:\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
 
 

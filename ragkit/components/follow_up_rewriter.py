@@ -11,10 +11,10 @@ only when it needs the conversation, and only when the rewrite retrieves at leas
    falls back to the rules. ``backend="rules"`` puts the history's latest name in the pronoun's place
    (:func:`ragkit.conversation.follow_ups.rules_rewrite`), no LLM.
 3. **Keep it only if retrieval agrees**: the raw question and the rewrite are both retrieved (hybrid,
-   top 5) and the rewrite is kept when its ``keep_signal`` is at least the raw question's —
-   ``"dense_top"``, the best chunk's cosine similarity (chosen on SQuAD dev follow-ups,
-   bench/results/conversation.json); ``"always"`` keeps every rewrite. So a rewrite cannot make a
-   good question's retrieval less sure of itself.
+   top 5) and the rewrite is kept unless its ``keep_signal`` falls more than ``keep_margin`` below the
+   raw question's — ``"dense_top"``, the best chunk's cosine similarity, margin 0.1 (both chosen on
+   squad_dev half A, bench/results/conversation.json); ``"always"`` keeps every rewrite. So a rewrite
+   cannot make a good question's retrieval clearly less sure of itself.
 
 ``rewrite`` in the output says what happened: ``needed`` and why, the ``rewritten`` question, whether it
 was ``kept``, both signals, the history kept and dropped. The step runs at the front of the graph
@@ -56,6 +56,10 @@ REWRITE_SYSTEM = (
     "Last question: when did he die? Rewritten: When did Henry Ford die?"
 )
 MAX_REWRITE_TOKENS = 48
+# A rewrite is kept unless its best dense cosine falls more than this below the raw question's: on squad_dev
+# half A a margin of 0 dropped rewrites that found the paragraph; 0.1 is the smallest that kept them all
+# (bench/conversation.py; reported on half B and new_wiki).
+KEEP_MARGIN = 0.1
 _LEADING_CONJUNCTION = re.compile(r"^(?:and|also|plus|but|so|then|or)\b[\s,]*", re.I)
 
 
@@ -88,7 +92,7 @@ def _content(text: str) -> set[str]:
 class FollowUpRewriter:
     def __init__(
         self, chat_generator: Any = None, backend: str = "llm", index: RagIndex | None = None, index_path: str | None = None,
-        embedder: str = "all-MiniLM-L6-v2", history_tokens: int = 400, keep_signal: str = "dense_top",
+        embedder: str = "all-MiniLM-L6-v2", history_tokens: int = 400, keep_signal: str = "dense_top", keep_margin: float = KEEP_MARGIN,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
@@ -96,10 +100,12 @@ class FollowUpRewriter:
             raise ValueError("backend='llm' needs a chat_generator")
         if keep_signal not in KEEP_SIGNALS:
             raise ValueError(f"keep_signal must be one of {KEEP_SIGNALS}, not {keep_signal!r}")
+        if not 0.0 <= keep_margin <= 1.0:
+            raise ValueError("keep_margin must be in [0, 1]")
         if history_tokens < 1:
             raise ValueError("history_tokens must be >= 1")
         self.chat_generator, self.backend, self.embedder = chat_generator, backend, embedder
-        self.history_tokens, self.keep_signal = history_tokens, keep_signal
+        self.history_tokens, self.keep_signal, self.keep_margin = history_tokens, keep_signal, keep_margin
         self._handle = IndexHandle(index, index_path)
         self._retriever: HybridRetriever | None = None
 
@@ -111,6 +117,7 @@ class FollowUpRewriter:
         return default_to_dict(
             self, chat_generator=generator_to_dict(self.chat_generator) if self.chat_generator is not None else None, backend=self.backend,
             index_path=self._handle.index_path, embedder=self.embedder, history_tokens=self.history_tokens, keep_signal=self.keep_signal,
+            keep_margin=self.keep_margin,
         )
 
     @classmethod
@@ -191,7 +198,7 @@ class FollowUpRewriter:
         keep = True
         if self.keep_signal == "dense_top":
             raw_signal, rewritten_signal = self._signal(query), self._signal(rewritten)
-            keep = raw_signal is None or rewritten_signal is None or rewritten_signal >= raw_signal
+            keep = raw_signal is None or rewritten_signal is None or rewritten_signal >= raw_signal - self.keep_margin
         info.update(rewritten=rewritten, kept=keep, by=how, signal=self.keep_signal, raw_signal=raw_signal, rewritten_signal=rewritten_signal)
         verdict = "kept" if keep else "dropped (retrieval was surer of the raw question)"
         scores = f" ({rewritten_signal:.3f} vs {raw_signal:.3f})" if raw_signal is not None and rewritten_signal is not None else ""

@@ -165,8 +165,8 @@ def _turn_texts(history: list[ChatMessage]) -> list[tuple[str, str]]:
 
 
 def antecedents(history: list[ChatMessage]) -> list[str]:
-    """What the conversation is about, most likely referent first: the names of the latest user
-    question, then of the answer to it, then the titles of its sources, then older turns."""
+    """What the conversation is about, most likely referent first, latest turn first: within a turn,
+    a name that is one of its sources' titles (else those titles), then its other names."""
     turns: list[list[ChatMessage]] = []
     for message in history:  # a turn: a user message and the replies after it
         if message.role.value == "user" or not turns:
@@ -174,16 +174,27 @@ def antecedents(history: list[ChatMessage]) -> list[str]:
         turns[-1].append(message)
     found: list[str] = []
     for turn in reversed(turns):
-        for message in turn:
-            if not message.text:
-                continue
-            candidates = names_in(message.text)
-            if message.role.value == "assistant":
-                candidates += [t for t in (message.meta or {}).get("titles", []) if t]
-            for name in candidates:
-                if name not in found:
-                    found.append(name)
+        names = [n for m in turn if m.text for n in names_in(m.text)]
+        titles = [t for m in turn if m.role.value == "assistant" for t in (m.meta or {}).get("titles", []) if t]
+        # what the turn's sources were about comes first: a name of the turn that is one of their
+        # titles ("Jacksonville" for "Jacksonville, Florida"), else the titles, then the turn's other names
+        on_topic = [n for n in names if any(_names_title(n, t) for t in titles)]
+        for name in [*on_topic, *([] if on_topic else titles), *names, *titles]:
+            if name not in found:
+                found.append(name)
     return found
+
+
+def _names_title(name: str, title: str) -> bool:
+    """Whether ``name`` refers to the article ``title``: its words are the title's leading words, or its initials."""
+    title_words = [w for w in re.findall(r"[A-Za-z0-9]+", re.sub(r"\s*\(.*\)$", "", title.split(",")[0]))]
+    name_words = re.findall(r"[A-Za-z0-9]+", name)
+    if not name_words or not title_words:
+        return False
+    lowered = [w.lower() for w in title_words]
+    if all(w.lower() in lowered for w in name_words):
+        return True
+    return len(name_words) == 1 and name_words[0].isupper() and name_words[0] == "".join(w[0] for w in title_words if w[0].isupper())
 
 
 def previous_question(history: list[ChatMessage]) -> str | None:

@@ -182,14 +182,14 @@ class Features:
     # Conversations (ragkit.conversation.session.ChatSession turns both on). follow_ups: a question that leans on
     # the history ("and what did he study?", a rules check) is rewritten with it — "llm" under a grammar of the
     # question's and the history's words, "rules" by putting the history's latest name in the pronoun's place —
-    # and the rewrite is kept only if its retrieval is at least as sure (components/follow_up_rewriter.py).
+    # and the rewrite is dropped if its retrieval is clearly less sure (components/follow_up_rewriter.py).
     # clarify: a question the evidence reads as several things (two documents about different subjects with the
     # same name, none named apart) is asked back with 2-4 options instead of answered (components/ambiguity_check.py)
     follow_ups: bool = False
-    follow_up_backend: str = "llm"
+    follow_up_backend: str = "rules"  # as good as the 0.5B's rewrite on squad_dev half A, in microseconds
     history_tokens: int = 400
     clarify: bool = False
-    clarify_ratio: float = 0.8
+    clarify_ratio: float = 0.3  # chosen on squad_dev half A (bench/results/conversation.json)
 
     def validate(self) -> "Features":
         for name, allowed in CHOICES.items():

@@ -5,8 +5,8 @@ time, the first sources as short cited lines, and "↳ read as: …" when a foll
 text box with Send (Enter sends too). While a question runs, the step now running is shown under
 the list and the answer streams into the last message (redrawn at most every 50 ms, so the browser
 keeps up with the tokens). A question asked back shows one button per option; a click sends that
-option's ordinal ("the second"), which the session resolves by rules, without the LLM. (Not the bare
-number: the session's input check refuses a digits-only message before it reads the pending question.)
+option's ordinal ("the second", as a person would type it, or "2"), which the session resolves by
+rules, without the LLM.
 
 A new widget on a session shows the session's earlier exchanges and a pending question: after a
 kernel restart, the same session name and file bring the conversation back.
