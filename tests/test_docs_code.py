@@ -45,7 +45,9 @@ def pages_with(language: str) -> list:
 
 def reader_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGKIT_")}
-    env.update({"RAGKIT_LLM": "qwen2.5-coder-0.5b", "RAGKIT_MAX_NEW_TOKENS": "64", "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", **extra})
+    # RAGKIT_DATA relative: chat sessions go to the work folder the page runs in, not the tester's home
+    env.update({"RAGKIT_LLM": "qwen2.5-coder-0.5b", "RAGKIT_MAX_NEW_TOKENS": "64", "RAGKIT_DATA": "ragkit-data",
+                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", **extra})
     return env
 
 
