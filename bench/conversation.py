@@ -58,6 +58,7 @@ from haystack.dataclasses import ChatMessage
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
+from ragkit.components.ambiguity_check import AmbiguityCheck
 from ragkit.components.follow_up_rewriter import FollowUpRewriter
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.config import ModelConfig, RagConfig
@@ -155,13 +156,14 @@ def follow_up_summary(rows: list[dict], names: list[str]) -> dict:
 
 
 # -- clarification ----------------------------------------------------------------------------------
-def ask_rows(items: list[dict], retriever: IndexRetriever, desc: str) -> list[dict]:
+def ask_rows(items: list[dict], retriever: IndexRetriever, desc: str, source_text=None) -> list[dict]:
+    """``source_text``: the engine's :meth:`AmbiguityCheck.source_text` (a generic noun looked up in the whole document)."""
     rows = []
     for item in tqdm(items, desc=desc, mininterval=10):
         docs = retriever.run(query=item["question"], top_k=TOP_K)["documents"]
         row = {"id": item["id"], "label": item["label"], "entity": item["entity"], "half": item["half"], "kind": item["kind"], "asks": {}, "options": {}}
         for ratio in RATIOS:
-            found = find_ambiguity(item["question"], docs, ratio=ratio)
+            found = find_ambiguity(item["question"], docs, ratio=ratio, source_text=source_text)
             row["asks"][str(ratio)] = found.ambiguous
             row["options"][str(ratio)] = [{"label": o.label, "scope": o.scope} for o in found.options]
         rows.append(row)
@@ -296,7 +298,7 @@ def main() -> int:
         if "clarify" in parts:
             items = load_jsonl(args.clarify or SETS_DIR / f"{set_name}.clarify.jsonl")[: args.limit or None]
             items += ordinary_questions(set_name, items, args.ordinary)
-            rows = ask_rows(items, retriever, f"{set_name} clarify")
+            rows = ask_rows(items, retriever, f"{set_name} clarify", source_text=AmbiguityCheck(index=index).source_text)
             section = report.setdefault("clarify", {})
             if set_name == "squad_dev":
                 ratio = choose_ratio([r for r in rows if r["half"] == "A"])

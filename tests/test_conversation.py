@@ -328,6 +328,35 @@ def test_replies_are_read_by_rules(reply, options, expected):
     assert resolve_reply(reply, options) == expected
 
 
+def test_a_generic_reference_may_be_used_elsewhere_in_a_contenders_document():
+    """'the city' fits Fresno when Fresno's document says "city" somewhere, though the chunk retrieved does not."""
+    documents = [doc("Warsaw", "Warsaw has many lakes; the city is on the Vistula.", 0.9, "Warsaw.md"),
+                 doc("Fresno, California", "Fresno has two lakes in its parks.", 0.8, "Fresno.md")]
+    texts = {"Warsaw.md": "warsaw has many lakes; the city is on the vistula.", "Fresno.md": "fresno is a city in california. fresno has two lakes."}
+    assert not find_ambiguity("How many lakes are in the city?", documents).ambiguous
+    found = find_ambiguity("How many lakes are in the city?", documents, source_text=texts.get)
+    assert found.ambiguous and [o.label for o in found.options] == ["Warsaw", "Fresno, California"] and "the city" in found.reason
+
+
+def test_ambiguity_check_reads_whole_documents_from_its_index(tmp_path):
+    from ragkit.index.store import RagIndex
+
+    index = RagIndex(embedder="all-MiniLM-L6-v2", dim=3)
+    chunks = [Document(id=f"c{i}", content=text, embedding=[1.0, float(i), 0.0], meta={"source": source, "title": title})
+              for i, (text, source, title) in enumerate([("Fresno is a city.", "Fresno.md", "Fresno"), ("Fresno has two lakes.", "Fresno.md", "Fresno"),
+                                                           ("Warsaw's lakes: the city has many.", "Warsaw.md", "Warsaw")])]
+    index.add(chunks)
+    check = AmbiguityCheck(index=index)
+    assert "fresno is a city." in check.source_text("Fresno.md") and check.source_text("missing.md") == ""
+    retrieved = [doc("Warsaw", "Warsaw's lakes: the city has many.", 0.9, "Warsaw.md"), doc("Fresno", "Fresno has two lakes.", 0.8, "Fresno.md")]
+    assert "clarification" in check.run(query="How many lakes are in the city?", documents=retrieved)
+    assert "documents" in AmbiguityCheck().run(query="How many lakes are in the city?", documents=retrieved)
+    index.save(tmp_path / "index")
+    again = AmbiguityCheck.from_dict(AmbiguityCheck(index_path=str(tmp_path / "index")).to_dict())
+    assert again.to_dict()["init_parameters"]["index_path"] == str(tmp_path / "index")
+    assert "clarification" in again.run(query="How many lakes are in the city?", documents=retrieved)
+
+
 # -- AmbiguityCheck -------------------------------------------------------------------------------------
 def test_ambiguity_check_round_trips_and_checks_its_arguments():
     check = AmbiguityCheck(ratio=0.7, max_options=3)

@@ -9,8 +9,9 @@ document's title: "George Washington", "Washington (state)"). The question is am
    the others lack ("George" settles it, "Washington" does not) — and
 3. the question's reference is one the contenders share: a word of two or more contenders' titles
    (a namesake: "Where was Washington born?"), or a generic reference — "the city", "the war", "he"
-   — whose noun two or more contenders' chunks use, in a question that names nothing else (then
-   the options are those contenders).
+   — whose noun two or more contenders use (in the chunks retrieved or, given the index, elsewhere in
+   their document: "the city" for Warsaw's paragraph on its lakes), in a question that names nothing
+   else (then the options are those contenders).
 
 A question that names one contender, or several (a comparison), is clear; so is one whose evidence
 has a clear leader. The options are the contenders (2–4), worded from their titles (with the source
@@ -38,7 +39,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from haystack import Document
 
@@ -103,8 +104,11 @@ def _groups(documents: list[Document]) -> list[tuple[str, list[Document], float]
     return sorted(groups, key=lambda g: -g[2])
 
 
-def find_ambiguity(query: str, documents: list[Document], ratio: float = DEFAULT_RATIO, max_options: int = MAX_OPTIONS) -> Ambiguity:
-    """Whether ``query`` reads as several things in ``documents`` (retrieved, best first); see the module."""
+def find_ambiguity(
+    query: str, documents: list[Document], ratio: float = DEFAULT_RATIO, max_options: int = MAX_OPTIONS, source_text: Callable[[str], str] | None = None,
+) -> Ambiguity:
+    """Whether ``query`` reads as several things in ``documents`` (retrieved, best first); see the module.
+    ``source_text``: a source's whole text, lower-cased (a generic noun may be used elsewhere in its document)."""
     groups = _groups([d for d in documents if d.score is not None])
     if len(groups) < 2:
         return Ambiguity(False, "the evidence is about one subject")
@@ -132,7 +136,14 @@ def find_ambiguity(query: str, documents: list[Document], ratio: float = DEFAULT
         lowered = query.lower()
         generic = [m.group(1) for m in _GENERIC.finditer(lowered) if m.group(1) not in STOPWORDS]
         # "the city" reads as any contender whose chunks use the noun: those are the options
-        fits = {noun: [g for g in contenders if any(re.search(rf"\b{re.escape(noun)}", (d.content or "").lower()) for d in g[1])] for noun in generic}
+        def uses(noun: str, docs: list[Document]) -> bool:
+            pattern = re.compile(rf"\b{re.escape(noun)}")
+            texts = [(d.content or "").lower() for d in docs]
+            if source_text is not None:
+                texts += [source_text(str(d.meta.get("source"))) for d in docs if d.meta.get("source")]
+            return any(pattern.search(text) for text in texts)
+
+        fits = {noun: [g for g in contenders if uses(noun, g[1])] for noun in generic}
         noun = max(generic, key=lambda n: len(fits[n]), default=None)
         if noun is not None and len(fits[noun]) >= 2:
             contenders = fits[noun]

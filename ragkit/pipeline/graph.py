@@ -234,7 +234,7 @@ class _GraphBuilder:
             pipe.connect(last, "guard.documents")
             last = "guard.documents"
         if f.clarify:  # before any LLM reads the chunks: an ambiguous question is asked back, not answered
-            self.add("clarify", AmbiguityCheck(ratio=f.clarify_ratio), "query")
+            self.add("clarify", AmbiguityCheck(ratio=f.clarify_ratio, index=self.index, index_path=self.index_path), "query")
             pipe.connect(last, "clarify.documents")
             self.inputs["scope"].append("clarify.scope")
             last = "clarify.documents"
