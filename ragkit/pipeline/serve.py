@@ -54,7 +54,13 @@ class PipelineWrapper(BasePipelineWrapper):
         if not path:
             raise RuntimeError(f"set {YAML_ENV} to the pipeline YAML written by `ragkit export`")
         self.pipeline = load_exported(Path(path))
-        self.chat = ChatReplies(self.pipeline)
+
+    @property
+    def chat(self) -> ChatReplies:
+        """The chat replies for ``self.pipeline`` (made on first use, and again if the pipeline is replaced)."""
+        if getattr(self, "_chat", None) is None or self._chat.pipe is not self.pipeline:
+            self._chat = ChatReplies(self.pipeline)
+        return self._chat
 
     def run_api(self, question: str) -> dict[str, Any]:
         """Ask the pipeline one question: answer, sources, confidence, route, exit reason, trace rows;

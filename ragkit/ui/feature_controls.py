@@ -25,6 +25,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "confidence": ("confidence_floor",),
     "search scope": ("select_collections", "intent_filters", "expand", "expand_backend"),
     "fallback": ("fallback", "fallback_check", "fallback_coverage", "max_fallbacks", "fallback_llm_calls"),
+    "conversation": ("follow_ups", "follow_up_backend", "history_tokens", "clarify", "clarify_ratio"),
     "planning": ("rewrite", "rewrite_backend", "gate", "gate_backend", "decompose", "decomposer_backend", "max_parts", "multi_hop", "hop_check", "hop_coverage", "max_iterations", "hop_llm_calls", "sufficiency_threshold", "sql_route"),
 }
 RANGES: dict[str, tuple[float, float, float]] = {
@@ -32,6 +33,7 @@ RANGES: dict[str, tuple[float, float, float]] = {
     "max_iterations": (1, 5, 1), "hop_llm_calls": (1, 12, 1), "sufficiency_threshold": (0, 1, 0.05), "hop_coverage": (0, 1, 0.05),
     "grade_threshold": (0, 10, 0.5), "confidence_floor": (0, 1, 0.05),
     "fallback_coverage": (0, 1, 0.05), "max_fallbacks": (1, 6, 1), "fallback_llm_calls": (0, 12, 1),
+    "history_tokens": (50, 2000, 50), "clarify_ratio": (0.05, 1, 0.05),
 }
 # Short labels: each control sits under its group's title, so "backend" says enough and fits a
 # ~260 px column (the field name is the tooltip).
@@ -43,7 +45,8 @@ LABELS: dict[str, str] = {
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
     "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "hop_check": "check", "hop_coverage": "enough if ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
     "select_collections": "collections", "intent_filters": "intent filters", "expand": "expand query", "expand_backend": "backend",
-    "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
+    "follow_ups": "follow-ups", "follow_up_backend": "rewrite by", "history_tokens": "history tokens", "clarify": "ask back",
+    "clarify_ratio": "contend at ≥", "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
 }
 # dicts and lists (per route, per step, per table, a strategy order): edit them in code or YAML
 NOT_A_CONTROL = ("route_policy", "sql_tables", "collections", "route_filters", "fallback_strategies", "step_models", "step_prompts")

@@ -168,7 +168,10 @@ def confidence_breakdown(result: Any, ax=None, floor: float | None = None):
     ax.set_ylim((ys[-1] if ys else 0.0) + 0.5, -0.65)
     ax.set_xlim(0, 1.1)
     ax.set_xlabel("signals, each on 0–1" + ("\n" + " · ".join(notes) if notes else ""), fontsize=8)
-    ax.set_title(f"confidence {result.symbol} {confidence:.2f}: estimated chance the answer is right", fontsize=10)
+    if result.confidence is None:  # asked back (needs_clarification): nothing was answered, so nothing to be sure of
+        ax.set_title(f"no confidence: {getattr(result, 'exit_reason', None) or 'no answer'}", fontsize=10)
+    else:
+        ax.set_title(f"confidence {result.symbol} {confidence:.2f}: estimated chance the answer is right", fontsize=10)
     fig.tight_layout()
     return fig
 
