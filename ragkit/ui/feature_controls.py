@@ -45,7 +45,7 @@ LABELS: dict[str, str] = {
     "confidence_floor": "decline <", "answer_mode": "mode", "decompose": "split questions", "decomposer_backend": "backend", "max_parts": "max parts",
     "multi_hop": "multi-hop", "max_iterations": "max hops", "hop_llm_calls": "hop LLM calls", "sufficiency_threshold": "enough if P ≥", "hop_check": "check", "hop_coverage": "enough if ≥", "sql_route": "SQL route", "rewrite": "rewrite question", "rewrite_backend": "backend", "gate": "retrieval gate", "gate_backend": "backend",
     "select_collections": "collections", "intent_filters": "intent filters", "expand": "expand query", "expand_backend": "backend",
-    "follow_ups": "follow-ups", "follow_up_backend": "rewrite by", "history_tokens": "history tokens", "clarify": "ask back",
+    "follow_ups": "follow-ups", "follow_up_backend": "rewrite by", "history_tokens": "history", "clarify": "ask back",
     "clarify_ratio": "contend at ≥", "fallback": "fallback", "fallback_check": "check", "fallback_coverage": "enough if ≥", "max_fallbacks": "max tries", "fallback_llm_calls": "LLM calls",
 }
 # dicts and lists (per route, per step, per table, a strategy order): edit them in code or YAML
