@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
 from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
+from served import ragkit_serve  # tests/served.py
 
 from ragkit.llm.prompts import answer_prompt_builder, answer_task, context_messages, strict_answer_task
 from ragkit.pipeline.engine import AgenticRAG
@@ -153,12 +148,6 @@ def test_an_exported_yaml_with_the_real_model_gives_the_same_answer_and_sources(
     assert [s["id"] for s in exported["sources"]] == [d.id for d in engine.sources]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(url: str, body: dict, timeout: float) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -170,31 +159,9 @@ def _post(url: str, body: dict, timeout: float) -> dict:
 def test_hayhooks_serves_the_exported_pipeline_over_http(sample_index_dir, fast_config, tmp_path):
     yaml_path = tmp_path / "pipeline.yaml"
     yaml_path.write_text(export_yaml(Features(answer_mode="free"), sample_index_dir, fast_config))
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "ragkit.ui.cli", "serve", str(yaml_path), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:  # bounded wait for the server to load the pipeline
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:
-                    if "ragkit" in response.read().decode():
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "hayhooks did not come up in 180 s: " + (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(1)
-        chat = _post(f"http://127.0.0.1:{port}/v1/chat/completions", {"model": "ragkit", "messages": [{"role": "user", "content": "Which team won Super Bowl 50?"}]}, timeout=300)
+    with ragkit_serve(yaml_path, tmp_path / "serve.log") as url:
+        chat = _post(f"{url}/v1/chat/completions", {"model": "ragkit", "messages": [{"role": "user", "content": "Which team won Super Bowl 50?"}]}, timeout=300)
         reply = chat["choices"][0]["message"]["content"]
         assert "Broncos" in reply and "Sources:\n[1] wikipedia/Super_Bowl_50.md" in reply
-        run = _post(f"http://127.0.0.1:{port}/ragkit/run", {"question": "Which team won Super Bowl 50?"}, timeout=300)["result"]
+        run = _post(f"{url}/ragkit/run", {"question": "Which team won Super Bowl 50?"}, timeout=300)["result"]
         assert "Broncos" in run["answer"] and run["sources"][0]["source"] == "wikipedia/Super_Bowl_50.md" and 0 <= run["confidence"] <= 1
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # stopped by its own process id (ragkit serve execs hayhooks)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
-        log.close()

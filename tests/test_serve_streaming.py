@@ -5,17 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
 from haystack import Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import StreamingChunk
+
+from served import ragkit_serve
 
 from ragkit.conversation.store import SessionStore
 from ragkit.pipeline import serve_chat
@@ -193,36 +190,14 @@ def test_a_reply_matching_no_option_is_asked_again_then_answered_without_narrowi
 
 
 # -- the real server, the real model ----------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.integration
 @pytest.mark.llm
 def test_ragkit_serve_streams_the_answer_then_its_sources_as_server_sent_events(sample_index_dir, fast_config, tmp_path):
     yaml_path = tmp_path / "pipeline.yaml"
     yaml_path.write_text(export_yaml(Features(answer_mode="free"), sample_index_dir, fast_config))
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    env = {**os.environ, "RAGKIT_DATA": str(tmp_path / "data")}
-    server = subprocess.Popen([sys.executable, "-m", "ragkit.ui.cli", "serve", str(yaml_path), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                              env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:  # bounded wait for the server to load the pipeline
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:
-                    if "ragkit" in response.read().decode():
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "hayhooks did not come up in 180 s: " + (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(1)
+    with ragkit_serve(yaml_path, tmp_path / "serve.log", env={**os.environ, "RAGKIT_DATA": str(tmp_path / "data")}) as url:
         body = {"model": "ragkit", "stream": True, "messages": [user("Which team won Super Bowl 50?")]}
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         events = []
         with urllib.request.urlopen(request, timeout=300) as response:
             assert response.headers["Content-Type"].startswith("text/event-stream")
@@ -239,17 +214,9 @@ def test_ragkit_serve_streams_the_answer_then_its_sources_as_server_sent_events(
         answer, _, rest = reply.partition("\n\nSources:\n")
         assert "Broncos" in answer and rest.startswith("[1] wikipedia/Super_Bowl_50.md") and "\n\nconfidence " in rest
         del body["stream"]  # the same question, not streamed: one JSON reply, as before streaming existed
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=300) as response:
             whole = json.loads(response.read())["choices"][0]["message"]["content"]
         # the same answer and sources; not the same confidence: a model's first question scores its tokens a
         # little differently from a later one with the prompt cache warm (0.31, then 0.33), streamed or not
         assert whole.rpartition("\n\nconfidence ")[0] == reply.rpartition("\n\nconfidence ")[0]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # stopped by its own process id (ragkit serve execs hayhooks)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
-        log.close()
