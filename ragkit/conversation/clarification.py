@@ -205,3 +205,12 @@ def resolve_reply(reply: str, options: list[Option] | list[dict]) -> Choice:
     if text.endswith("?") and len(_WORD.findall(low)) > 3:
         return Choice(None, "new_question")
     return Choice(None, "no_match")
+
+
+NO_MATCH_NOTE = "your reply matched none of the options, so this answers without narrowing the search"
+
+
+def ask_again_text(options: list[Option] | list[dict]) -> str:
+    """What a reply that matched no option gets once: the options, numbered."""
+    labels = [o.label if isinstance(o, Option) else o["label"] for o in options]
+    return "I could not tell which one you meant. Reply with a number, or words from one: " + "  ".join(f"{i}) {label}" for i, label in enumerate(labels, 1))

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from ragkit.config import RagConfig
-from ragkit.conversation.clarification import resolve_reply, title_of
+from ragkit.conversation.clarification import NO_MATCH_NOTE, ask_again_text, resolve_reply, title_of
 from ragkit.conversation.store import Exchange, SessionInfo, SessionStore, check_session_name
 from ragkit.conversation.validation import validate
 from ragkit.index.retrieval import QueryError, check_query
@@ -174,13 +174,12 @@ class ChatSession:
                              on_token=on_token, on_step=on_step)
         if pending.get("asked", 1) <= ASK_AGAIN:  # ask once more, with the options numbered
             self.store.set_pending(self.name, {**pending, "asked": pending.get("asked", 1) + 1})
-            listed = "  ".join(f"{i}) {o['label']}" for i, o in enumerate(options, 1))
-            text = f"I could not tell which one you meant. Reply with a number, or words from one: {listed}"
+            text = ask_again_text(options)
             row = self.store.begin(self.name, message)
             self.store.finish(row, reply=text, status="clarification", meta={"asked_again": True})
             return ChatReply("clarification", text, options=options, exchange_id=row)
         return self._ask(message, pending["question"], scope=self._everything(),
-                         note="your reply matched none of the options, so this answers without narrowing the search", on_token=on_token, on_step=on_step)
+                         note=NO_MATCH_NOTE, on_token=on_token, on_step=on_step)
 
     def _everything(self) -> dict:
         """A scope that matches every chunk (each collection of the index): answers without asking back."""

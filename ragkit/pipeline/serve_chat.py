@@ -66,7 +66,7 @@ from haystack import Document, Pipeline
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from ragkit.components.index_retriever import IndexRetriever
-from ragkit.conversation.clarification import resolve_reply, title_of
+from ragkit.conversation.clarification import NO_MATCH_NOTE, ask_again_text, resolve_reply, title_of
 from ragkit.conversation.session import ASK_AGAIN
 from ragkit.conversation.store import SessionStore, data_dir
 from ragkit.index.handle import open_index
@@ -149,11 +149,6 @@ class Turn:
     pending: dict | None = None  # the clarification, still open after this reply (asked again)
 
 
-def ask_again_text(options: list[dict]) -> str:
-    listed = "  ".join(f"{i}) {o['label']}" for i, o in enumerate(options, 1))
-    return f"I could not tell which one you meant. Reply with a number, or words from one: {listed}"
-
-
 def whole_index_scope(pipe: Pipeline) -> dict | None:
     """A scope every chunk matches (each collection of the pipeline's index), as ``ChatSession._everything``:
     the question is answered without narrowing the search, and without being asked back again."""
@@ -181,7 +176,7 @@ def plan_turn(pipe: Pipeline, message: str, history: list[ChatMessage], pending:
     if pending.get("asked", 1) <= ASK_AGAIN:
         return Turn(reply=ask_again_text(options), pending={**pending, "asked": pending.get("asked", 1) + 1})
     return Turn(question, scope=whole_index_scope(pipe),
-                read_as=f"{question} — your reply matched none of the options, so this answers without narrowing the search")
+                read_as=f"{question} — {NO_MATCH_NOTE}")
 
 
 # -- the reply's text ------------------------------------------------------------------------------------
