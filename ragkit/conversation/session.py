@@ -42,6 +42,7 @@ from ragkit.conversation.clarification import NO_MATCH_NOTE, ask_again_text, res
 from ragkit.conversation.store import Exchange, SessionInfo, SessionStore, check_session_name
 from ragkit.conversation.validation import validate
 from ragkit.index.retrieval import QueryError, check_query
+from ragkit.index.filters import whole_index_scope
 from ragkit.index.store import RagIndex
 from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.features import Features
@@ -182,8 +183,7 @@ class ChatSession:
                          note=NO_MATCH_NOTE, on_token=on_token, on_step=on_step)
 
     def _everything(self) -> dict:
-        """A scope that matches every chunk (each collection of the index): answers without asking back."""
-        return {"collection": sorted(self.rag.index.collection_counts()) or ["default"]}
+        return whole_index_scope(self.rag.index)
 
     def _ask(self, message: str, question: str, scope: dict | None = None, label: str | None = None, note: str | None = None,
              on_token=None, on_step=None) -> ChatReply:

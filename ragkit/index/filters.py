@@ -164,3 +164,9 @@ def scoped(filters: dict | None, scope: dict | None) -> tuple[dict | None, str |
     if merged is None:
         return dict(scope), f"the chosen scope {scope} contradicts the filter {filters}: searched the chosen scope only"
     return merged or None, None
+
+
+def whole_index_scope(index) -> dict:
+    """A scope every chunk of ``index`` matches (each of its collections): a clarification answered
+    "any of them" (or not answered) searches everything, and the question is not asked back again."""
+    return {"collection": sorted(index.collection_counts()) or ["default"]}

@@ -69,6 +69,7 @@ from ragkit.components.index_retriever import IndexRetriever
 from ragkit.conversation.clarification import NO_MATCH_NOTE, ask_again_text, resolve_reply, title_of
 from ragkit.conversation.session import ASK_AGAIN
 from ragkit.conversation.store import SessionStore, data_dir
+from ragkit.index.filters import whole_index_scope
 from ragkit.index.handle import open_index
 from ragkit.index.retrieval import QueryError, check_query
 from ragkit.pipeline.export import ask_exported
@@ -149,13 +150,12 @@ class Turn:
     pending: dict | None = None  # the clarification, still open after this reply (asked again)
 
 
-def whole_index_scope(pipe: Pipeline) -> dict | None:
-    """A scope every chunk matches (each collection of the pipeline's index), as ``ChatSession._everything``:
-    the question is answered without narrowing the search, and without being asked back again."""
+def pipeline_index_scope(pipe: Pipeline) -> dict | None:
+    """:func:`~ragkit.index.filters.whole_index_scope` of the index the pipeline's retriever reads."""
     for _, instance in walk_all(pipe):
         if isinstance(instance, IndexRetriever):
             index_path = instance.to_dict()["init_parameters"]["index_path"]
-            return {"collection": sorted(open_index(index_path).collection_counts()) or ["default"]}
+            return whole_index_scope(open_index(index_path))
     return None
 
 
@@ -172,10 +172,10 @@ def plan_turn(pipe: Pipeline, message: str, history: list[ChatMessage], pending:
         option = options[choice.option]
         return Turn(question, scope=option["scope"], read_as=f"{question} — answering about {option['label']}")
     if choice.how == "any":
-        return Turn(question, scope=whole_index_scope(pipe), read_as=f"{question} — answered across every option, as asked")
+        return Turn(question, scope=pipeline_index_scope(pipe), read_as=f"{question} — answered across every option, as asked")
     if pending.get("asked", 1) <= ASK_AGAIN:
         return Turn(reply=ask_again_text(options), pending={**pending, "asked": pending.get("asked", 1) + 1})
-    return Turn(question, scope=whole_index_scope(pipe),
+    return Turn(question, scope=pipeline_index_scope(pipe),
                 read_as=f"{question} — {NO_MATCH_NOTE}")
 
 
