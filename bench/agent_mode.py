@@ -41,11 +41,10 @@ import sys
 from collections import Counter
 
 from answer_quality import SETS
-from planning import BRIDGE, OUT, ask_all, over_plain, summarize, two_part_questions
+from planning import BRIDGE, OUT, ask_all, configurations, over_plain, summarize, two_part_questions
 from squad_common import CACHE, ROOT, run_facts
 
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.pipeline.features import Features
 
 
 class Recorded:
@@ -96,6 +95,17 @@ def tool_use(rows: list[dict], results: list, budget: int) -> dict:
     }
 
 
+def calibration_error(rows: list[dict], results: list) -> dict:
+    """Expected calibration error of the agent's confidence against "a part answered" (F1 >= 0.5), per
+    question (the confidence is the lowest of its parts'); 5 equal-width bins, and over how many."""
+    pairs = [(r.confidence or 0.0, all(f >= 0.5 for f in row["part_f1"])) for row, r in zip(rows, results)]
+    bins: dict[int, list] = {}
+    for conf, right in pairs:
+        bins.setdefault(min(int(conf * 5), 4), []).append((conf, right))
+    ece = sum(len(b) / len(pairs) * abs(statistics.mean(c for c, _ in b) - statistics.mean(r for _, r in b)) for b in bins.values()) if pairs else 0.0
+    return {"ece": round(ece, 4), "n": len(pairs), "mean_confidence": round(statistics.mean(c for c, _ in pairs), 4) if pairs else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
@@ -104,6 +114,8 @@ def main() -> int:
     parser.add_argument("--split", default="test", help="bridge split: dev | test | all")
     parser.add_argument("--max-agent-steps", type=int, default=4)
     parser.add_argument("--tools", default="search", help="search or search,sql")
+    parser.add_argument("--baselines", default="plain", help="fixed-workflow configurations asked in the same run (planning.py's names)")
+    parser.add_argument("--tool-calls", default="grammar", choices=["grammar", "text"], help="grammar-constrained actions, or tool calls written as text")
     args = parser.parse_args()
     from ragkit.llm.generators import build_chat_generator
     from ragkit.pipeline.agent_mode import AgentRAG
@@ -116,8 +128,9 @@ def main() -> int:
     printed, violations = {}, 0
     for section in [s.strip() for s in args.sets.split(",") if s.strip()]:
         index, items = load_set(section, args)
-        agent = AgentRAG(index=index, config=config, chat_generator=generator, max_agent_steps=args.max_agent_steps, tools=tools)
-        rags = {"plain": AgenticRAG(Features(), config=config, chat_generator=generator, index=index), "agent": Recorded(agent)}
+        agent = AgentRAG(index=index, config=config, chat_generator=generator, max_agent_steps=args.max_agent_steps, tools=tools, tool_calls=args.tool_calls)
+        baselines = configurations([b.strip() for b in args.baselines.split(",") if b.strip()])
+        rags = {**{name: AgenticRAG(f, config=config, chat_generator=generator, index=index) for name, f in baselines.items()}, "agent": Recorded(agent)}
         for rag in rags.values():  # one-time work (model load, embedder, tables) outside every timing
             rag.ask("Warm-up question: when was the Eiffel Tower finished?")
         rags["agent"].results.clear()
@@ -125,9 +138,13 @@ def main() -> int:
         use = tool_use(rows["agent"], rags["agent"].results, agent.call_budget)
         violations += use["budget_violations"]
         plain, agent_summary = summarize(rows["plain"]), summarize(rows["agent"])
+        same_run = {name: summarize(rows[name]) for name in baselines}
         entry = {
-            **agent_summary, **use, "max_agent_steps": args.max_agent_steps, "tools": list(tools),
-            "plain_same_run": plain, **over_plain(agent_summary, plain),
+            **agent_summary, **use, "llm_calls_p50": statistics.median(r["llm_calls"] for r in rows["agent"]),
+            "no_tool_call_share": round(statistics.mean(r["exit_reason"] == "no_tool_call" for r in rows["agent"]), 4),
+            "max_agent_steps": args.max_agent_steps, "tools": list(tools), "tool_calls": args.tool_calls,
+            "plain_same_run": plain, "same_run": same_run, **over_plain(agent_summary, plain),
+            "ece": calibration_error(rows["agent"], rags["agent"].results),
         }
         data = json.loads(OUT.read_text()) if OUT.exists() else {}
         data.setdefault(section, {}).setdefault(args.model, {})["agent"] = entry

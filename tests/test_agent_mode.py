@@ -36,7 +36,8 @@ def scripted(*replies):
 
 
 def agent(sample_index, fast_config, llm, **kwargs):
-    return AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, **kwargs)
+    """Agent mode with tool calls written as text (the grammar mode is tests/test_agent_grammar.py)."""
+    return AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, **{"tool_calls": "text", "top_k": 3, "max_chars": 700, **kwargs})
 
 
 def test_the_agent_searches_then_answers_with_the_searched_chunks_as_sources(sample_index, fast_config):
@@ -168,7 +169,7 @@ def test_agent_rag_checks_its_configuration(sample_index, fast_config):
         AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, tools=("web",))
     with pytest.raises(ValueError):
         AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, max_agent_steps=0)
-    assert set(EXIT_REASONS) == {"answered", "no_tool_call", "max_steps", "failed"}
+    assert set(EXIT_REASONS) == {"answered", "no_tool_call", "max_steps", "unreadable", "failed"}
 
 
 def test_search_tool_alone_numbers_from_one(sample_index):
@@ -262,8 +263,8 @@ def test_wrapper_round_trips_through_to_dict():
 
 @pytest.mark.integration
 @pytest.mark.llm
-def test_the_real_small_model_drives_the_agent_without_raising(sample_index, fast_config, local_llm):
-    rag = AgentRAG(index=sample_index, config=fast_config, chat_generator=local_llm, max_agent_steps=3)
+def test_the_real_small_model_drives_the_text_tool_call_agent_without_raising(sample_index, fast_config, local_llm):
+    rag = AgentRAG(index=sample_index, config=fast_config, chat_generator=local_llm, max_agent_steps=3, tool_calls="text")
     result = rag.ask(QUESTION)
     assert isinstance(result, AgenticResult) and result.exit_reason in EXIT_REASONS
     llm_steps = [s for s in result.trace.steps if s.name == "agent_llm"]

@@ -39,6 +39,7 @@ _COMPONENTS = {
     "SelfCorrectingAnswerer": "ragkit.components.self_correction",
     "SqlAnswerer": "ragkit.components.sql_answerer",
     "TextToolCallGenerator": "ragkit.components.text_tool_calls",
+    "GrammarToolCallGenerator": "ragkit.components.grammar_tool_calls",
     "TokenChunker": "ragkit.components.token_chunker",
 }
 __all__ = list(_COMPONENTS)

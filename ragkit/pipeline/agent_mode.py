@@ -39,176 +39,54 @@ passed, or the final reply was a tool call that could not be read: ``failed=True
 what). A tool that raises, unknown tool names and arguments that do not fit are answered to the model
 as errors (Haystack's ``raise_on_tool_invocation_failure=False``) and show on the trace; the run goes on.
 
-Confidence is 0.0 with ``○``: ragkit's confidence is calibrated on the fixed workflow's signals
-(retrieval scores, grading, the hallucination judge); an agent's answer has none of them, and a number
-without calibration would be made up. ``details["confidence"]`` says so.
+Two ways the model's tool calls are read (``tool_calls``):
+
+* ``"grammar"`` (the default) — every step is decoded under a grammar built from the tools and the
+  question (:class:`~ragkit.components.grammar_tool_calls.GrammarToolCallGenerator`): ``search`` with
+  the open part's own words, ``sql``, or ``answer()``; each part is then answered by ragkit's answer
+  step from its own search's chunks, with a calibrated confidence (:mod:`ragkit.pipeline.agent_answer`).
+  A backend that cannot take a grammar or a JSON schema is refused at construction; ``"validated"``
+  checks the same actions in Python only (mock generators, trusted backends).
+* ``"text"`` — the model writes tool calls as free text (:mod:`ragkit.components.text_tool_calls`), the
+  way it was first measured; its answers have confidence 0.0 with ``○``: nothing calibrates a
+  free-text agent answer, and ``details["confidence"]`` says so.
+
+The agent's tools and the coverage line live in :mod:`ragkit.pipeline.agent_tools`.
 """
 
 from __future__ import annotations
 
-import contextvars
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from haystack import Document, tracing
 from haystack.components.agents import Agent
 from haystack.dataclasses import ChatMessage, ChatRole
 from haystack.tools import Tool
 
 from ragkit.components.confidence import is_decline
-from ragkit.components.index_retriever import MODES, IndexRetriever
+from ragkit.components.grammar_tool_calls import GrammarToolCallGenerator
+from ragkit.components.query_decomposer import split_by_rules
 from ragkit.components.sql_answerer import SqlAnswerer
 from ragkit.components.text_tool_calls import TextToolCallGenerator
 from ragkit.config import RagConfig
 from ragkit.index.store import RagIndex
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
-from ragkit.llm.prompts import NO_ANSWER, fence
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.agent_answer import AgentAnswerFinisher
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.result import AgenticResult
-from ragkit.pipeline.trace import RagkitTracer, Step, Trace, active_trace, collecting_tracer, failed_steps, first_failure
+from ragkit.pipeline.trace import RagkitTracer, Trace, failed_steps, first_failure
 
-__all__ = ["AgentRAG", "search_tool", "sql_tool", "AGENT_SYSTEM", "EXIT_REASONS"]
+__all__ = ["AgentRAG", "search_tool", "sql_tool", "uncovered_line", "AGENT_SYSTEM", "CITE_HINT", "EXIT_REASONS"]
 
-EXIT_REASONS = ("answered", "no_tool_call", "max_steps", "failed")
+EXIT_REASONS = ("answered", "no_tool_call", "max_steps", "unreadable", "failed")
+TOOL_CALL_MODES = ("grammar", "validated", "text")
 TOOL_NAMES = {"search": "search", "sql": "count_cars"}
 
-# Short on purpose (every prompt token is paid on every step). The citation request sits at the end
-# of each search result, next to where the answer is written: asked for in the system prompt, the
-# 0.5B model answered "[1]" before searching (bench/agent_mode.py docstring).
-AGENT_SYSTEM = "You are a helpful assistant. You know nothing about the user's documents: call the search function to look facts up before answering."
-CITE_HINT = "Answer the question from these passages in one short sentence and cite the passage number, e.g. [1]."
-
-
-@dataclass
-class _AgentRun:
-    """What one question's tools found, shared with the tool threads through :data:`_RUN`."""
-
-    trace: Trace = field(default_factory=Trace)
-    sources: list[Document] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def cite(self, document: Document) -> int:
-        """The document's citation number in this question (a chunk seen before keeps its number)."""
-        with self.lock:
-            for i, known in enumerate(self.sources):
-                if known.id == document.id:
-                    return i + 1
-            self.sources.append(document)
-            return len(self.sources)
-
-
-_RUN: contextvars.ContextVar[_AgentRun | None] = contextvars.ContextVar("ragkit_agent_run", default=None)
-
-
-class _ToolStep:
-    """A tool call as a traced step: opened on the RagkitTracer from the tool's own thread (so
-    ``record`` inside, e.g. the SQL answerer's LLM call, lands on it) and added to the question's trace."""
-
-    def __init__(self, name: str, component: str):
-        self.name, self.component = name, component
-        self.run = _RUN.get()
-        self.span: Any = None
-        self._context: Any = None
-
-    def __enter__(self) -> "_ToolStep":
-        tracer = collecting_tracer()
-        if self.run is not None and tracer is not None:
-            self._context = tracer.trace("haystack.component.run", tags={"haystack.component.name": self.name, "haystack.component.type": self.component})
-            self.span = self._context.__enter__()
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if self.span is None:
-            return
-        if exc is not None:
-            self.span.set_tag("ragkit.error", f"{type(exc).__name__}: {str(exc)[:200]}")
-        collected_here = active_trace() is not None  # called on the asking thread
-        step: Step = self.span.to_step()
-        self._context.__exit__(None, None, None)
-        if not collected_here:
-            self.run.trace.add(step)
-
-    def set(self, **tags: Any) -> None:
-        if self.span is not None:
-            for key, value in tags.items():
-                self.span.set_tag("ragkit." + key, value)
-
-
-def _short(text: str, max_chars: int) -> str:
-    text = " ".join((text or "").split())
-    if len(text) <= max_chars:
-        return text
-    cut = text[:max_chars].rsplit(" ", 1)[0]
-    return cut + "…"
-
-
-def search_tool(index: RagIndex | None = None, top_k: int = 3, mode: str = "hybrid", max_chars: int = 700, index_path: str | None = None, cite_hint: str | None = CITE_HINT) -> Tool:
-    """A ``Tool`` named ``search``: ``query`` → the ``top_k`` chunks as ``[n] (title) text`` (each cut at
-    ``max_chars`` characters, document text fenced), then ``cite_hint``. Inside :meth:`AgentRAG.ask` the
-    chunks are recorded as the answer's sources and ``n`` is the chunk's number among them."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if top_k < 1 or max_chars < 50:
-        raise ValueError("top_k must be >= 1 and max_chars >= 50")
-    retriever = IndexRetriever(index=index, index_path=index_path, mode=mode)
-
-    def search(**arguments: Any) -> str:
-        with _ToolStep("search", "IndexRetriever") as step:
-            query = arguments.get("query")
-            if not isinstance(query, str) or not query.strip() or set(arguments) - {"query"}:
-                raise ValueError(f"search takes one argument, query (a non-empty string); got {arguments!r}"[:300])
-            documents = retriever.run(query=query.strip(), top_k=top_k)["documents"]
-            run = _RUN.get()
-            lines = []
-            for i, doc in enumerate(documents):
-                number = run.cite(doc) if run is not None else i + 1
-                title = doc.meta.get("title") or doc.meta.get("source") or "untitled"
-                lines.append(f"[{number}] ({fence(title, attribute=True)}) {fence(_short(doc.content or '', max_chars))}")
-            if step.span is not None:
-                step.span.set_content_tag("haystack.component.output", {"documents": documents})
-            step.set(decision={"query": query.strip()[:80], "found": len(documents)})
-            if not lines:
-                return "No passages found."
-            return "\n".join(lines + ([cite_hint] if cite_hint else []))
-
-    return Tool(
-        name="search",
-        description="Search the user's documents. Returns the best matching passages, numbered.",
-        parameters={"type": "object", "properties": {"query": {"type": "string", "description": "a few keywords to look for"}}, "required": ["query"]},
-        function=search,
-    )
-
-
-def sql_tool(answerer: SqlAnswerer) -> Tool:
-    """A ``Tool`` named ``count_cars``: ``question`` → the :class:`SqlAnswerer`'s result sentence (cited
-    like a search result inside :meth:`AgentRAG.ask`) or ``SQL failed: <error>``."""
-    tables = ", ".join(answerer.tables)
-
-    def count_cars(**arguments: Any) -> str:
-        with _ToolStep("count_cars", "SqlAnswerer") as step:
-            question = arguments.get("question")
-            if not isinstance(question, str) or not question.strip() or set(arguments) - {"question"}:
-                raise ValueError(f"count_cars takes one argument, question (a non-empty string); got {arguments!r}"[:300])
-            out = answerer.run(query=question.strip())
-            if not out["ok"] or not out["documents"]:
-                step.set(error=f"sql: {out['error']}")
-                return f"SQL failed: {out['error']}"
-            document = out["documents"][0]
-            run = _RUN.get()
-            number = run.cite(document) if run is not None else 1
-            return f"[{number}] {fence(document.content)}"
-
-    return Tool(
-        name="count_cars",
-        description=f"Count, sum, average or compare numbers in the table(s) {tables} with one SQL query. Use for 'how many' questions about the table.",
-        parameters={"type": "object", "properties": {"question": {"type": "string", "description": "the counting question in words"}}, "required": ["question"]},
-        function=count_cars,
-    )
+from ragkit.pipeline.agent_tools import AGENT_SYSTEM, CITE_HINT, _RUN, _AgentRun, _short, search_tool, sql_tool, uncovered_line
 
 
 class AgentRAG:
@@ -228,23 +106,27 @@ class AgentRAG:
         index: RagIndex | None = None,
         max_agent_steps: int = 4,
         tools: Sequence[str] = ("search",),
-        top_k: int = 3,
+        top_k: int = 5,
         mode: str = "hybrid",
-        max_chars: int = 700,
+        max_chars: int = 400,
         max_calls_per_reply: int = 2,
         sql_answerer: SqlAnswerer | None = None,
-        system_prompt: str = AGENT_SYSTEM,
+        system_prompt: str | None = None,
+        tool_calls: str = "grammar",
     ):
         self.features = (features or Features()).validate()
         if self.features != Features():
             raise ValueError("agent mode has its own workflow: pass Features() (or None); the feature toggles belong to AgenticRAG")
         if max_agent_steps < 1:
             raise ValueError("max_agent_steps must be >= 1")
+        if tool_calls not in TOOL_CALL_MODES:
+            raise ValueError(f"tool_calls must be one of {TOOL_CALL_MODES}, not {tool_calls!r}")
         unknown = set(tools) - set(TOOL_NAMES)
         if unknown or not tools:
             raise ValueError(f"tools must be a non-empty selection of {sorted(TOOL_NAMES)}, got {list(tools)!r}")
         self.config = config or RagConfig()
         self.tool_names = tuple(tools)
+        self.tool_call_mode = tool_calls
         self.max_agent_steps, self.max_calls_per_reply = max_agent_steps, max_calls_per_reply
         self.chat_generator = chat_generator if chat_generator is not None else build_chat_generator(self.config.models)
         built: list[Tool] = []
@@ -255,7 +137,12 @@ class AgentRAG:
             self.sql_answerer = sql_answerer or SqlAnswerer(chat_generator=self.chat_generator)
             built.append(sql_tool(self.sql_answerer))
         self.tools = built
-        self.llm = TextToolCallGenerator(self.chat_generator, max_calls_per_reply=max_calls_per_reply, step_name="agent_llm")
+        if tool_calls == "text":
+            self.llm: Any = TextToolCallGenerator(self.chat_generator, max_calls_per_reply=max_calls_per_reply, step_name="agent_llm")
+            system_prompt = system_prompt or AGENT_SYSTEM
+        else:  # raises here, not at the first question, when the backend cannot take the constraint
+            self.llm = GrammarToolCallGenerator(self.chat_generator, constraint="auto" if tool_calls == "grammar" else "validate")
+            self.finisher = AgentAnswerFinisher(self.chat_generator, model=self.config.models.llm, index=getattr(self, "index", None), embedder=self.config.models.embedder)
         self.agent = Agent(
             chat_generator=self.llm, tools=built, system_prompt=system_prompt, max_agent_steps=max_agent_steps,
             raise_on_tool_invocation_failure=False, tool_concurrency_limit=1,
@@ -265,9 +152,10 @@ class AgentRAG:
 
     @property
     def call_budget(self) -> int:
-        """The most LLM calls one question may make: one per agent step, plus one per SQL tool call."""
-        per_step = 1 + (self.max_calls_per_reply if "sql" in self.tool_names else 0)
-        return self.max_agent_steps * per_step
+        """The most LLM calls one question may make: one per agent step, plus one per SQL tool call, plus
+        (grammar mode) the answer step when the steps end without an answer."""
+        per_step = 1 + ((self.max_calls_per_reply if self.tool_call_mode == "text" else 1) if "sql" in self.tool_names else 0)
+        return self.max_agent_steps * per_step + (0 if self.tool_call_mode == "text" else 1)
 
     def warm_up(self) -> None:
         if not self._warm:
@@ -280,6 +168,8 @@ class AgentRAG:
         """Never raises: a bad question, an LLM that raises or a deadline is a ``failed`` result."""
         started = time.perf_counter()
         run = _AgentRun()
+        if self.tool_call_mode != "text" and isinstance(question, str):
+            run.parts = split_by_rules(question.strip())[0] if question.strip() else []
         token = _RUN.set(run)
         try:
             with self.tracer.collect() as trace:
@@ -294,7 +184,10 @@ class AgentRAG:
                 except Exception as exc:  # an explicit, traced failure, never a crash
                     result = self._failed(str(question), trace, run, exc)
                 else:
-                    result = self._result(question, out, trace, run)
+                    if self.tool_call_mode == "text":
+                        result = self._result(question, out, trace, run)
+                    else:
+                        result = self.finisher.finish(question, list(out.get("messages") or []), out.get("exit_reason"), trace, run.sources, self._details, run.found)
         finally:
             _RUN.reset(token)
         result.seconds = time.perf_counter() - started

@@ -1,0 +1,184 @@
+"""Agent mode under a grammar: every step one valid action, answers from the answer step, a confidence."""
+
+import json
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.dataclasses import ChatMessage
+
+from ragkit.components.grammar_tool_calls import (
+    ALL_SEARCHED, UNCOVERED_PREFIX, GrammarToolCallGenerator, action_grammar, parse_action, phrase_words, query_words, read_conversation,
+)
+from ragkit.llm.prompts import NO_ANSWER
+from ragkit.pipeline.agent_mode import EXIT_REASONS, AgentRAG
+from ragkit.pipeline.result import AgenticResult
+
+TWO_PART = "Who founded the Yuan dynasty, and where was Nikola Tesla born?"
+
+
+def scripted(*replies):
+    """The n-th LLM call gets the n-th reply (the last one repeats); each call's messages are kept."""
+    seen = []
+
+    def respond(messages):
+        seen.append(list(messages))
+        return replies[min(len(seen), len(replies)) - 1]
+
+    return MockChatGenerator(response_fn=respond), seen
+
+
+def agent(sample_index, fast_config, llm, **kwargs):
+    return AgentRAG(index=sample_index, config=fast_config, chat_generator=llm, tool_calls="validated", **kwargs)
+
+
+def test_a_backend_that_cannot_take_the_grammar_is_refused_at_construction(sample_index, fast_config):
+    with pytest.raises(ValueError, match="cannot constrain"):
+        AgentRAG(index=sample_index, config=fast_config, chat_generator=MockChatGenerator(responses="x"))
+    with pytest.raises(ValueError, match="tool_calls"):
+        AgentRAG(index=sample_index, config=fast_config, chat_generator=MockChatGenerator(responses="x"), tool_calls="free")
+
+
+def test_the_grammar_compiles_for_llama_cpp_and_offers_only_what_is_open():
+    from ragkit.llm.structured import gbnf_grammar
+
+    words = query_words("Where was Nikola Tesla born?", "Tesla was born in Smiljan (Lika).")
+    assert "Smiljan" in words and "Tesla" in words and "the" in words and "(Lika)." not in words
+    grammar = action_grammar(words, sql=True, question_words=query_words("How many cars?"))
+    assert 'root ::= search | sql | answer' in grammar and '"answer()"' in grammar
+    gbnf_grammar(grammar)  # llama.cpp parses it
+    phrased = action_grammar([], phrases=[phrase_words("Where was Nikola Tesla born?")])
+    assert '"Nikola Tesla born"' in phrased and '"Tesla born"' in phrased and '"Where was"' not in phrased
+    gbnf_grammar(phrased)
+    closed = action_grammar([], search=False)
+    assert closed.splitlines()[0] == "root ::= answer" and "search ::=" not in closed
+    gbnf_grammar(closed)
+
+
+@pytest.mark.parametrize("text, allowed, expected", [
+    ("search(Tesla born)", {"Tesla", "born"}, ("search", "Tesla born")),
+    ("answer()", set(), ("answer", "")),
+    ('{"action": "search", "query": "Tesla born"}', {"Tesla", "born"}, ("search", "Tesla born")),
+    ('{"action": "answer", "query": ""}', {"x"}, ("answer", "")),
+])
+def test_actions_read(text, allowed, expected):
+    assert parse_action(text, allowed) == expected
+
+
+@pytest.mark.parametrize("text, allowed, reason", [
+    ("search(Edison invented)", {"Tesla"}, "neither the question nor the sources"),
+    ("search(Tesla)", set(), "not offered"),
+    ("I will search for Tesla", {"Tesla"}, "not one of"),
+    ('{"action": "fly", "query": "x"}', {"x"}, "unknown action"),
+])
+def test_actions_that_do_not_fit_are_refused_with_the_reason(text, allowed, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_action(text, allowed)
+
+
+def test_two_parts_searched_one_at_a_time_then_each_part_answered_from_its_own_search(sample_index, fast_config):
+    llm, seen = scripted("search(Who founded the Yuan dynasty)", "search(Where was Nikola Tesla born)", "Kublai Khan [1]", "Smiljan [1]")
+    result = agent(sample_index, fast_config, llm).ask(TWO_PART)
+    assert isinstance(result, AgenticResult) and result.exit_reason == "answered" and not result.failed
+    assert [c["arguments"]["query"] for c in result.details["agent"]] == ["Who founded the Yuan dynasty", "Where was Nikola Tesla born"]
+    # after both searches nothing is open: answer() is chosen without an LLM call, then one answer per part
+    assert result.details["answer_chosen_by"] == "nothing_open"
+    assert result.trace.llm_calls == 4 and len(seen) == 4
+    parts = result.details["parts"]
+    assert [p["question"] for p in parts] == ["Who founded the Yuan dynasty?", "Where was Nikola Tesla born?"]
+    assert parts[0]["answer"].startswith("Kublai Khan") and parts[1]["answer"].startswith("Smiljan")
+    # the second part's citation is renumbered into the result's sources (its search's chunks come after the first's)
+    assert parts[1]["answer"] != "Smiljan [1]" and len(result.sources) == 10
+    assert 0.0 < result.confidence < 1.0 and result.symbol in "●◐○" and result.details["confidence"]
+    # the second step's prompt: sources first, the question's parts, what was done, what is still open
+    prompt = seen[1][-1].text
+    assert prompt.startswith("Sources:\n[1] (") and "Part 2: Where was Nikola Tesla born?" in prompt
+    assert "Done: search(Who founded the Yuan dynasty) → [1]" in prompt and f"{UNCOVERED_PREFIX} part 2" in prompt
+    names = [s.name for s in result.trace.steps]
+    assert names.count("agent_llm") == 3 and names.count("search") == 2 and names.count("answer") == 2
+    search = result.trace.step("search")
+    assert search.decision["found"] == 5 and len(search.decision["coverage"]) == 2
+
+
+def test_a_repeated_search_is_not_run_again(sample_index, fast_config):
+    llm, _ = scripted("search(Nikola Tesla born)", "search(Nikola Tesla born)", "answer()", "Smiljan [1]")
+    rag = agent(sample_index, fast_config, llm, max_agent_steps=4)
+    rag.tools  # noqa: B018 - the tool list is public
+    result = rag.ask("Where was Nikola Tesla born in the mountains of Lika and Krbava?")
+    calls = result.details["agent"]
+    assert len(calls) >= 2 and calls[1]["result"].startswith("Already searched")
+    assert len([s for s in result.trace.steps if s.name == "search" and s.docs_out]) == 1
+    assert result.exit_reason in ("answered", "max_steps")
+
+
+def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fast_config):
+    llm, seen = scripted("answer()")
+    result = agent(sample_index, fast_config, llm).ask("Where was Nikola Tesla born?")
+    assert result.exit_reason == "no_tool_call" and result.declined and result.answer == NO_ANSWER
+    assert result.confidence == 0.0 and result.trace.llm_calls == 1 and len(seen) == 1
+
+
+def test_steps_that_run_out_answer_from_what_was_found(sample_index, fast_config):
+    # a one-part question whose words a source never holds stays open: the model keeps searching
+    llm, _ = scripted("search(Tesla zeppelin)", "search(Tesla born zeppelin)", "Smiljan [1]")
+    rag = agent(sample_index, fast_config, llm, max_agent_steps=2)
+    result = rag.ask("Where did Tesla fly a zeppelin?")
+    assert result.exit_reason == "max_steps" and result.details["answer_chosen_by"] == "max_steps"
+    assert result.trace.llm_calls <= rag.call_budget and result.sources
+
+
+def test_an_unreadable_reply_is_a_traced_failure_answered_from_the_sources_with_low_confidence(sample_index, fast_config):
+    llm, _ = scripted("search(Nikola Tesla born)", "I think the answer is Smiljan.", "Smiljan [1]")
+    result = agent(sample_index, fast_config, llm).ask("Where was Nikola Tesla born in Lika?")
+    assert result.exit_reason == "unreadable" and result.error and "agent_step" in result.error
+    assert result.details["agent_stats"]["unparsed_tool_calls"] == 1
+    assert result.confidence < 0.5 and result.symbol == "○"
+
+
+def test_a_tool_that_raises_is_traced_and_the_agent_answers_from_what_it_has(sample_index, fast_config, monkeypatch):
+    from ragkit.components.index_retriever import IndexRetriever
+
+    def boom(self, **kwargs):
+        raise RuntimeError("index unavailable")
+
+    monkeypatch.setattr(IndexRetriever, "run", boom)
+    llm, _ = scripted("search(Nikola Tesla born)", "answer()")
+    result = agent(sample_index, fast_config, llm).ask("Where was Nikola Tesla born?")
+    assert result.exit_reason in EXIT_REASONS and not result.sources and result.declined
+    assert result.details["agent"][0]["error"] and result.trace.step("search").error
+
+
+def test_an_llm_that_raises_is_a_result_never_an_exception(sample_index, fast_config):
+    def boom(messages):
+        raise ConnectionError("server gone")
+
+    result = agent(sample_index, fast_config, MockChatGenerator(response_fn=boom)).ask("Where was Nikola Tesla born?")
+    assert isinstance(result, AgenticResult) and result.exit_reason == "unreadable" and result.confidence == 0.0
+
+
+def test_the_conversation_is_read_back_from_the_agents_messages():
+    from haystack.dataclasses import ToolCall
+
+    origin = ToolCall(tool_name="search", arguments={"query": "Tesla born"}, id="c1")
+    messages = [ChatMessage.from_system("S"), ChatMessage.from_user("Where was Tesla born?"), ChatMessage.from_assistant(tool_calls=[origin]),
+                ChatMessage.from_tool(tool_result=f"[1] (Tesla) born in Smiljan\n[2] (Tesla) an engineer\n{ALL_SEARCHED}", origin=origin)]
+    state = read_conversation(messages)
+    assert state["question"] == "Where was Tesla born?" and sorted(state["sources"]) == [1, 2]
+    assert state["done"] == ["search(Tesla born) → [1] [2]"] and state["uncovered"] == ALL_SEARCHED
+
+
+def test_wrapper_round_trips_through_to_dict():
+    wrapper = GrammarToolCallGenerator(MockChatGenerator(responses="answer()"), constraint="validate", max_tokens=64)
+    again = GrammarToolCallGenerator.from_dict(json.loads(json.dumps(wrapper.to_dict())))
+    assert again.constraint == "validate" and again.max_tokens == 64 and type(again.chat_generator) is MockChatGenerator
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_the_real_small_model_under_the_grammar_searches_and_every_reply_reads(sample_index, fast_config, local_llm):
+    rag = AgentRAG(index=sample_index, config=fast_config, chat_generator=local_llm, max_agent_steps=3)
+    result = rag.ask("Who founded the Yuan dynasty, and where was Genghis Khan born?")
+    assert result.exit_reason in ("answered", "max_steps") and result.details["agent_stats"]["unparsed_tool_calls"] == 0
+    assert result.details["agent_stats"]["searched"] and result.trace.llm_calls <= rag.call_budget
+    steps = [s for s in result.trace.steps if s.name == "agent_llm" and s.llm_calls]
+    assert steps and all(s.prompt_tokens > 0 for s in steps)
+    assert len(result.details["parts"]) == 2 and 0.0 <= result.confidence <= 1.0
