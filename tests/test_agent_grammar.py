@@ -99,15 +99,19 @@ def test_two_parts_searched_one_at_a_time_then_each_part_answered_from_its_own_s
     assert search.decision["found"] == 5 and len(search.decision["coverage"]) == 2
 
 
-def test_a_repeated_search_is_not_run_again(sample_index, fast_config):
-    llm, _ = scripted("search(Nikola Tesla born)", "search(Nikola Tesla born)", "answer()", "Smiljan [1]")
-    rag = agent(sample_index, fast_config, llm, max_agent_steps=4)
-    rag.tools  # noqa: B018 - the tool list is public
-    result = rag.ask("Where was Nikola Tesla born in the mountains of Lika and Krbava?")
-    calls = result.details["agent"]
-    assert len(calls) >= 2 and calls[1]["result"].startswith("Already searched")
-    assert len([s for s in result.trace.steps if s.name == "search" and s.docs_out]) == 1
-    assert result.exit_reason in ("answered", "max_steps")
+def test_a_repeated_search_is_not_run_again_and_the_coverage_line_says_what_is_open(sample_index):
+    from ragkit.pipeline.agent_tools import _RUN, _AgentRun, search_tool
+
+    tool = search_tool(sample_index, top_k=2)
+    run = _AgentRun(parts=["Who founded the Yuan dynasty?", "Where was Nikola Tesla born?"])
+    token = _RUN.set(run)
+    try:
+        first = tool.invoke(query="Who founded the Yuan dynasty")
+        again = tool.invoke(query="who founded  the Yuan dynasty")
+    finally:
+        _RUN.reset(token)
+    assert first.startswith("[1] (") and first.splitlines()[-1] == f"{UNCOVERED_PREFIX} part 2 (Where was Nikola Tesla born)."
+    assert again.startswith("Already searched") and len(run.sources) == 2 and run.queries == ["who founded the yuan dynasty"]
 
 
 def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fast_config):
@@ -118,12 +122,12 @@ def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fas
 
 
 def test_steps_that_run_out_answer_from_what_was_found(sample_index, fast_config):
-    # a one-part question whose words a source never holds stays open: the model keeps searching
-    llm, _ = scripted("search(Tesla zeppelin)", "search(Tesla born zeppelin)", "Smiljan [1]")
-    rag = agent(sample_index, fast_config, llm, max_agent_steps=2)
-    result = rag.ask("Where did Tesla fly a zeppelin?")
+    llm, _ = scripted("search(Who founded the Yuan dynasty)", "Kublai Khan [1]")
+    rag = agent(sample_index, fast_config, llm, max_agent_steps=1)
+    result = rag.ask(TWO_PART)
     assert result.exit_reason == "max_steps" and result.details["answer_chosen_by"] == "max_steps"
-    assert result.trace.llm_calls <= rag.call_budget and result.sources
+    assert len(result.details["parts"]) == 2 and len(result.sources) == 5
+    assert result.trace.llm_calls == 3 <= rag.call_budget
 
 
 def test_an_unreadable_reply_is_a_traced_failure_answered_from_the_sources_with_low_confidence(sample_index, fast_config):
@@ -182,3 +186,20 @@ def test_the_real_small_model_under_the_grammar_searches_and_every_reply_reads(s
     steps = [s for s in result.trace.steps if s.name == "agent_llm" and s.llm_calls]
     assert steps and all(s.prompt_tokens > 0 for s in steps)
     assert len(result.details["parts"]) == 2 and 0.0 <= result.confidence <= 1.0
+
+
+def test_the_notebook_view_lists_every_step_and_draws_the_run(sample_index, fast_config):
+    from ragkit.ui.agent_view import agent_run_markdown, agent_steps, agent_steps_html
+
+    llm, _ = scripted("search(Who founded the Yuan dynasty)", "search(Where was Nikola Tesla born)", "Kublai Khan [1]", "Smiljan [1]")
+    result = agent(sample_index, fast_config, llm).ask(TWO_PART + ' <script>alert("x")</script>')
+    rows = agent_steps(result)
+    assert [r["step"] for r in rows] == ["agent_llm", "search", "agent_llm", "search", "agent_llm", "answer", "answer"]
+    assert rows[0]["what"] == "search(Who founded the Yuan dynasty)" and "prompt tokens" in rows[0]["detail"]
+    assert rows[1]["what"] == "search: Who founded the Yuan dynasty" and "coverage by part" in rows[1]["detail"]
+    assert rows[4]["what"].startswith("answer()") and rows[4]["detail"] == "no LLM call"
+    page = agent_steps_html(result)
+    assert "<script>" not in page and "exit reason: <b>answered</b>" in page
+    drawing = agent_run_markdown(result)
+    assert drawing.startswith("```mermaid\nflowchart TD") and drawing.count("-->") == len(rows) + 1
+    assert "<script>" not in drawing and "classDef llm" in drawing and "classDef retrieve" in drawing

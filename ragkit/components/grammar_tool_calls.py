@@ -75,7 +75,7 @@ UNCOVERED_PREFIX = "Not found in the sources yet:"
 ALL_SEARCHED = "Every part of the question has been searched."
 WORDS_COVERED = "The sources cover the question's words."
 STATUS_LINES = (UNCOVERED_PREFIX, ALL_SEARCHED, WORDS_COVERED)  # what the search tool says is open, last line
-_WORD_EDGE = "\"'.,;:!?()[]{}<>`*"
+_WORD_EDGE = "\"'.,;:!?()[]{}<>`*…"
 _ACTION = re.compile(r"^\s*(search|sql|answer)\((.*)\)\s*$", re.DOTALL)
 _OPEN_PART = re.compile(r"\bpart (\d+)")
 
@@ -114,6 +114,19 @@ def phrase_words(text: str) -> list[str]:
     return [w for w in (raw.strip(_WORD_EDGE) for raw in text.split()) if w and not any(c in w for c in "()\n\\")]
 
 
+def source_names(texts: list[str], exclude: str = "", limit: int = 400) -> list[str]:
+    """Words of ``texts`` that look like names or figures (capitalised, or with a digit) and are not
+    words of ``exclude`` (the question), in order of appearance: what a follow-up search can open with."""
+    known = {w.lower() for w in phrase_words(exclude)} | set(FUNCTION_WORDS)
+    out: dict[str, None] = {}
+    for word in query_words(*texts):
+        if word in FUNCTION_WORDS or word.lower() in known:
+            continue
+        if word[0].isupper() or any(c.isdigit() for c in word):
+            out.setdefault(word, None)
+    return list(out)[:limit]
+
+
 def trie_gbnf(words: list[str]) -> str:
     """A GBNF expression matching exactly one of ``words``, as a character trie: at any point only the
     next characters some word has are open, which keeps llama.cpp's grammar check per token small."""
@@ -149,16 +162,19 @@ def phrase_rules(phrases: list[list[str]]) -> list[str]:
 
 
 def action_grammar(words: list[str], sql: bool = False, question_words: Optional[list[str]] = None,
-                   phrases: Optional[list[list[str]]] = None, search: bool = True) -> str:
+                   phrases: Optional[list[list[str]]] = None, search: bool = True, lead: Optional[list[str]] = None) -> str:
     """GBNF for one agent step: ``search(…)``, ``sql(question)`` if ``sql``, or ``answer()``. The search
     is a run of consecutive words of one of ``phrases`` when given (the parts still open), else up to
-    :data:`MAX_QUERY_WORDS` of ``words``; without ``search`` (nothing is left open) it is not offered."""
+    :data:`MAX_QUERY_WORDS` of ``words`` (opening with one of ``lead`` when given); without ``search``
+    (nothing is left open) it is not offered."""
     phrase = phrase_rules([p for p in phrases or [] if len(p) >= 2])
     rules = ["root ::= " + " | ".join((["search"] if search else []) + (["sql"] if sql else []) + ["answer"])]
     if not search:
         pass
     elif phrase:
         rules += ['search ::= "search(" phrase ")"', *phrase]
+    elif lead:
+        rules += [f'search ::= "search(" lw (" " qw){{0,{MAX_QUERY_WORDS - 1}}} ")"', f"lw ::= {trie_gbnf(lead)}", f"qw ::= {trie_gbnf(words)}"]
     else:
         rules += [f'search ::= "search(" qw (" " qw){{0,{MAX_QUERY_WORDS - 1}}} ")"', f"qw ::= {trie_gbnf(words)}"]
     if sql:
@@ -321,9 +337,17 @@ class GrammarToolCallGenerator:
         if len(parts) > 1 and not state["done"]:
             open_parts = list(range(1, len(parts) + 1))
         phrases = [phrase_words(parts[i - 1]) for i in open_parts] if len(parts) > 1 else []
-        # otherwise any words of the question or the sources: a one-part question may need a name the
-        # sources gave (the bridge of a two-hop question)
-        allowed = [w for p in phrases for w in p] or query_words(state["question"], *(state["sources"][n].split(") ", 1)[-1] for n in numbers))
+        source_texts = [state["sources"][n].split(") ", 1)[-1] for n in numbers]
+        lead: list[str] = []
+        if len(parts) == 1 and state["done"]:
+            # a one-part question searched once and still open needs what the sources named (the bridge
+            # of a two-hop question): the next search opens with a name from the sources the question
+            # does not have, then the words still missing. Offered the question's words again, the 0.5B
+            # repeated its first search on 6 of 12 development bridge questions.
+            lead = source_names(source_texts, exclude=state["question"])
+        missing = (state["uncovered"] or "")[len(UNCOVERED_PREFIX):].strip(" .").split() if lead else []
+        allowed = ([w for p in phrases for w in p] or (lead + missing + FUNCTION_WORDS if lead else [])
+                   or query_words(state["question"], *source_texts))
         # search is offered while something is open: no search yet, or the search tool's coverage
         # line names a part or words no source holds. The small model, offered search, searches again
         # (the same words, measured on dev questions), so once nothing is open the choice is answer.
@@ -338,7 +362,7 @@ class GrammarToolCallGenerator:
         kwargs: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": 0.0}
         backend = backend_of(self.chat_generator)
         if self.constraint == "auto" and backend == "llama.cpp":
-            grammar = action_grammar(allowed, sql=bool(sql_tool), question_words=query_words(state["question"]), phrases=phrases, search=can_search)
+            grammar = action_grammar(allowed, sql=bool(sql_tool), question_words=query_words(state["question"]), phrases=phrases, search=can_search, lead=lead)
             kwargs["grammar"] = gbnf_grammar(grammar)
         elif self.constraint == "auto" and backend == "openai":
             kwargs.update(action_schema(sql=bool(sql_tool), search=can_search))

@@ -84,6 +84,7 @@ __all__ = ["AgentRAG", "search_tool", "sql_tool", "uncovered_line", "AGENT_SYSTE
 
 EXIT_REASONS = ("answered", "no_tool_call", "max_steps", "unreadable", "failed")
 TOOL_CALL_MODES = ("grammar", "validated", "text")
+MAX_PARTS = 4  # the rules' split (split_by_rules) gives at most this many parts, each answered once
 TOOL_NAMES = {"search": "search", "sql": "count_cars"}
 
 from ragkit.pipeline.agent_tools import AGENT_SYSTEM, CITE_HINT, _RUN, _AgentRun, _short, search_tool, sql_tool, uncovered_line
@@ -153,9 +154,9 @@ class AgentRAG:
     @property
     def call_budget(self) -> int:
         """The most LLM calls one question may make: one per agent step, plus one per SQL tool call, plus
-        (grammar mode) the answer step when the steps end without an answer."""
+        (grammar mode) one answer per part of the question, at most :data:`MAX_PARTS` parts."""
         per_step = 1 + ((self.max_calls_per_reply if self.tool_call_mode == "text" else 1) if "sql" in self.tool_names else 0)
-        return self.max_agent_steps * per_step + (0 if self.tool_call_mode == "text" else 1)
+        return self.max_agent_steps * per_step + (0 if self.tool_call_mode == "text" else MAX_PARTS)
 
     def warm_up(self) -> None:
         if not self._warm:
@@ -169,7 +170,7 @@ class AgentRAG:
         started = time.perf_counter()
         run = _AgentRun()
         if self.tool_call_mode != "text" and isinstance(question, str):
-            run.parts = split_by_rules(question.strip())[0] if question.strip() else []
+            run.parts = split_by_rules(question.strip(), max_parts=MAX_PARTS)[0] if question.strip() else []
         token = _RUN.set(run)
         try:
             with self.tracer.collect() as trace:

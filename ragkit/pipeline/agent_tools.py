@@ -21,6 +21,8 @@ from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import fence
 from ragkit.pipeline.trace import Step, Trace, active_trace, collecting_tracer
 
+ONE_PART_SEARCHES = 2  # a one-part question: its own search, then one follow-up for what the sources named
+
 __all__ = ["search_tool", "sql_tool", "uncovered_line", "AGENT_SYSTEM", "CITE_HINT"]
 
 # Short on purpose (every prompt token is paid on every step). The citation request sits at the end
@@ -154,7 +156,8 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
     open while its coverage by the best single source (:func:`ragkit.index.coverage.coverage`,
     IDF-weighted) is under ``threshold`` *and* no search has looked for it yet (a query holding at
     least half of its content words): searched once, it is left to the answer, so the agent is never
-    sent back to the same words. For a one-part question: its content words that no source contains."""
+    sent back to the same words. For a one-part question: its content words that no source contains,
+    until :data:`ONE_PART_SEARCHES` searches were made."""
     from ragkit.components.grammar_tool_calls import ALL_SEARCHED, UNCOVERED_PREFIX, WORDS_COVERED
     from ragkit.eval.metrics import content_words
     from ragkit.index.coverage import coverage, question_weights
@@ -170,6 +173,8 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
 
         open_parts = [f"part {i} ({part.rstrip('?')})" for i, (part, c) in enumerate(zip(parts, covered), 1) if c < threshold and not searched(part)]
         return (f"{UNCOVERED_PREFIX} {', '.join(open_parts)}." if open_parts else ALL_SEARCHED), covered
+    if len(queries) >= ONE_PART_SEARCHES:  # the question's own search and one follow-up, as multi-hop's bound
+        return ALL_SEARCHED, covered
     seen = set(content_words(" ".join(d.content or "" for d in sources))) | set().union(*searched_words)
     missing = [w for w in dict.fromkeys(content_words(parts[0])) if w not in seen]
     if covered[0] >= threshold or not missing:
