@@ -1,35 +1,36 @@
 """Agent mode vs the fixed workflow: does letting the small model decide when to search help?
 
-Two configurations, asked question-major in one process with a cold llama.cpp prompt cache per
-question (:func:`planning.ask_all`), on the same sets as ``bench/planning.py``:
+Asked question-major in one process with a cold llama.cpp prompt cache per question
+(:func:`planning.ask_all`), on the same sets as ``bench/planning.py``:
 
-``plain``  ragkit's engine, ``AgenticRAG(Features())``: one retrieval, one answer (the fixed workflow);
-``agent``  ``AgentRAG`` (:mod:`ragkit.pipeline.agent_mode`): Haystack's ``Agent`` with the ``search``
-           tool (``--tools search,sql`` adds ``count_cars``), at most ``--max-agent-steps`` LLM calls;
-           the model decides whether and what to search.
+``--baselines``  ragkit's engine, ``AgenticRAG`` under planning.py's configurations (``plain``, ``decompose``,
+                 ``multi_hop``, ``full``), asked in this same run so ratios and latencies compare;
+``agent``        ``AgentRAG`` (:mod:`ragkit.pipeline.agent_mode`): Haystack's ``Agent`` with the ``search`` tool
+                 (``--tools search,sql`` adds ``count_cars``), at most ``--max-agent-steps`` agent steps.
+                 ``--tool-calls grammar`` (the default): every step decoded under a grammar
+                 (:mod:`ragkit.components.grammar_tool_calls`), each part answered by the answer step;
+                 ``--tool-calls text``: tool calls written as free text, as agent mode was first measured
+                 (3 chunks of 700 characters per search).
 
 Sets: ``bridge`` — the hand-written two-hop questions over ``sample_docs/`` (``bench/data/bridge_questions.jsonl``,
 ``--split test``); ``two_part`` — ``--questions N`` two-part questions from SQuAD v1.1 dev
 (:func:`planning.two_part_questions`, same seed, so the same questions as planning.py's run with the
-same N). Scoring is planning.py's: a part is answered when SQuAD F1 ≥ 0.5 against the whole answer.
+same N). Scoring is planning.py's: a part is answered when SQuAD F1 ≥ 0.5 against the part's own answer
+(``details["parts"]``) or, without parts, the whole answer.
 
-Written to ``bench/results/planning.json`` under ``<set>/<model>/agent`` (read, update, write; nothing
-else is replaced): ``n, parts_answered, both_answered, part_f1, split, llm_calls, p50_s`` as planning.py
-reports them, plus the tool use — ``searched`` (share of questions with at least one successful
-search), ``tool_calls`` (mean per question), ``exit_reasons``, ``unparsed_tool_calls`` (replies that
-tried a tool call that could not be read), ``tool_call_formats`` — the call budget and its violations
-(LLM calls over ``AgentRAG.call_budget``: asserted 0), and this run's ``plain`` figures with
-``over_plain_p50`` / ``over_plain_parts`` (ratios against that ``plain``, within this one run). Per-question rows go to
-``rows/<set>/<model>/agent``, the command to ``commands/<set>/<model>/agent``.
+Written to ``bench/results/planning.json`` under ``<set>/<model>/agent`` (``agent_text`` rows are the
+text-mode runs; read, update, write; nothing else is replaced): ``n, parts_answered, both_answered,
+part_f1, split, llm_calls, p50_s`` as planning.py reports them, plus ``llm_calls_p50``, the tool use —
+``searched`` (share of questions with at least one successful search), ``tool_calls`` (mean per
+question), ``exit_reasons``, ``no_tool_call_share``, ``unparsed_tool_calls`` (replies that could not
+be read as an action), ``tool_call_formats`` — the call budget and its violations (LLM calls over
+``AgentRAG.call_budget``: asserted 0), ``ece`` (the confidence against "every part answered", 5 bins),
+and the baselines of this run: ``same_run`` (each one's figures), ``plain_same_run`` and
+``over_plain_p50`` / ``over_plain_parts``. Per-question rows go to ``rows/<set>/<model>/agent``, the
+command to ``commands/<set>/<model>/agent``.
 
-What the 0.5B model did with tools when this was built (a probe of two questions, not a measurement):
-llama-cpp-python never returned structured ``tool_calls`` (its chat-template handler parses none
-unless one tool is forced); the model wrote the call as a fenced ```json block, not in Qwen's
-``<tool_call>`` tags, and only with some system prompts — with others it answered "[1]", echoed the
-tool's schema, or answered without searching. The numbers this script writes are the measurement.
-
-    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --questions 200
-    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --sets bridge
+    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --questions 200 --sets two_part --baselines plain,decompose,multi_hop,full
+    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --sets bridge --baselines plain,multi_hop
 """
 
 from __future__ import annotations
@@ -128,7 +129,10 @@ def main() -> int:
     printed, violations = {}, 0
     for section in [s.strip() for s in args.sets.split(",") if s.strip()]:
         index, items = load_set(section, args)
-        agent = AgentRAG(index=index, config=config, chat_generator=generator, max_agent_steps=args.max_agent_steps, tools=tools, tool_calls=args.tool_calls)
+        # text mode as first measured: 3 chunks of up to 700 characters per search
+        shown = {"top_k": 3, "max_chars": 700} if args.tool_calls == "text" else {}
+        agent = AgentRAG(index=index, config=config, chat_generator=generator, max_agent_steps=args.max_agent_steps, tools=tools,
+                         tool_calls=args.tool_calls, **shown)
         baselines = configurations([b.strip() for b in args.baselines.split(",") if b.strip()])
         rags = {**{name: AgenticRAG(f, config=config, chat_generator=generator, index=index) for name, f in baselines.items()}, "agent": Recorded(agent)}
         for rag in rags.values():  # one-time work (model load, embedder, tables) outside every timing
@@ -142,7 +146,7 @@ def main() -> int:
         entry = {
             **agent_summary, **use, "llm_calls_p50": statistics.median(r["llm_calls"] for r in rows["agent"]),
             "no_tool_call_share": round(statistics.mean(r["exit_reason"] == "no_tool_call" for r in rows["agent"]), 4),
-            "max_agent_steps": args.max_agent_steps, "tools": list(tools), "tool_calls": args.tool_calls,
+            "max_agent_steps": args.max_agent_steps, "tools": list(tools), "tool_call_mode": args.tool_calls,
             "plain_same_run": plain, "same_run": same_run, **over_plain(agent_summary, plain),
             "ece": calibration_error(rows["agent"], rags["agent"].results),
         }

@@ -135,17 +135,18 @@ def planning_table(d: dict) -> str:
     """bench/results/planning.json: two-part and bridge questions per configuration, and the SQL route."""
     lines = ["| questions | model | config | n | parts answered | both parts answered | part F1 | LLM calls/q | p50 s | vs plain: parts / p50 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for section, label in (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)")):
+    for section, section_label in (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)")):
         for model, s in (d.get(section) or {}).items():
-            for config in ("plain", "decompose", "multi_hop", "agent", "full"):
+            for config in ("plain", "decompose", "multi_hop", "full", "agent", "agent_text"):
                 r = s.get(config)
                 if not isinstance(r, dict):
                     continue
+                label = AGENT_LABELS.get(config, config)
                 ratio = f"{r['over_plain_parts']:.2f}× / {r['over_plain_p50']:.2f}×" if "over_plain_p50" in r else ""
                 if ratio and "plain_same_run" in r:  # agent_mode.py asks plain again in its own run
                     ratio += " (own run)"
                 both = f"{r['both_answered']:.1%}" if section == "two_part" else ""
-                lines.append(f"| {label} | {model.replace('qwen2.5-coder-', '')} | {config} | {r['n']} | {r['parts_answered']:.1%} | {both} | {r['part_f1']:.3f} | "
+                lines.append(f"| {section_label} | {model.replace('qwen2.5-coder-', '')} | {label} | {r['n']} | {r['parts_answered']:.1%} | {both} | {r['part_f1']:.3f} | "
                              f"{r['llm_calls']:.2f} | {r['p50_s']:.2f} | {ratio} |")
     out = "\n".join(lines)
     if d.get("sql"):
@@ -154,6 +155,35 @@ def planning_table(d: dict) -> str:
     commands = ", ".join(f"`{c}`" for c in d.get("commands", {}).values())
     sets = "; ".join(f"{k}: {v}" for k, v in (d.get("sets") or {}).items()) or d.get("set", "")
     return out + f"\n\n{sets}. LLM-call and iteration budget violations: {d['budget_violations']}. " + commands
+
+
+AGENT_LABELS = {"agent": "agent (grammar)", "agent_text": "agent (text tool calls)"}
+
+
+def agent_table(d: dict) -> str:
+    """bench/results/planning.json's agent rows: how the grammar-constrained agent used its tools, beside
+    the fixed workflow asked in the same run."""
+    lines = ["| questions | model | agent | n | parts answered | same run: decompose / multi_hop | unreadable tool calls | no tool call | "
+             "LLM calls median (mean) | p50 s | confidence ECE (n) | exit reasons | budget violations |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for section, section_label in (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)")):
+        for model, s in (d.get(section) or {}).items():
+            for config in ("agent", "agent_text"):
+                r = s.get(config)
+                if not isinstance(r, dict):
+                    continue
+                same = r.get("same_run") or {}
+                fixed = " / ".join(f"{same[c]['parts_answered']:.1%}" if c in same else "—" for c in ("decompose", "multi_hop"))
+                no_tool = (r.get("exit_reasons") or {}).get("no_tool_call", 0) / max(r["n"], 1)
+                median = r.get("llm_calls_p50")
+                calls = f"{median:g} ({r['llm_calls']:.2f})" if median is not None else f"— ({r['llm_calls']:.2f})"
+                ece = f"{r['ece']['ece']:.3f} ({r['ece']['n']})" if r.get("ece") else "—"
+                exits = ", ".join(f"{k} {v}" for k, v in sorted((r.get("exit_reasons") or {}).items(), key=lambda kv: -kv[1]))
+                lines.append(f"| {section_label} | {model.replace('qwen2.5-coder-', '')} | {AGENT_LABELS[config]} | {r['n']} | {r['parts_answered']:.1%} | {fixed} | "
+                             f"{r.get('unparsed_tool_calls', 0)} | {no_tool:.1%} | {calls} | {r['p50_s']:.2f} | "
+                             f"{ece} | {exits} | {r.get('budget_violations', 0)} |")
+    commands = ", ".join(f"`{c}`" for k, c in d.get("commands", {}).items() if "/agent" in k)
+    return "\n".join(lines) + f"\n\nDecompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each). {commands}"
 
 
 def expansion_table(d: dict) -> str:
@@ -384,6 +414,7 @@ def tables() -> dict[str, str]:
         out["answer_modes_dev.json"] = answer_modes_dev_table(load("answer_modes_dev.json"))
     if load("planning.json"):
         out["planning.json"] = planning_table(load("planning.json"))
+        out["planning.json agent"] = agent_table(load("planning.json"))
     for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
         if load(name):
             out[name] = fn(load(name))

@@ -5,11 +5,12 @@ ran out of steps, answered without searching, echoed the tool schema or wrote ca
 read (``bench/results/planning.json`` before this step existed). Here each agent step is decoded
 under a grammar built for that step, so the reply can only be one of
 
-* ``search(words)`` — while a part of the question is open, a run of two or more consecutive words of
-  that part (the part's own wording, shortened at either end); otherwise words of the question, of the
-  sources seen so far and a short list of function words (a character trie in GBNF, so a long word
-  list stays cheap per token) — a query cannot drift to an invented entity, and a name the sources
-  gave (the bridge of a two-hop question) can be searched;
+* ``search(words)`` — while a part of a multi-part question is open, that part's own wording (its
+  opening words may be dropped, its end may not); for a one-part question first its own words and
+  function words, then — searched once and still open — a name or figure the sources gave that the
+  question does not have (the bridge of a two-hop question), then the words still missing (each word
+  list a character trie in GBNF, so a long list stays cheap per token): a query cannot drift to an
+  invented entity;
 * ``sql(question)`` — when the agent has the SQL tool, in the question's words;
 * ``answer()`` — stop searching. The answer itself is written by ragkit's answer step, one grounded
   span per part of the question (:mod:`ragkit.pipeline.agent_answer`): asked to write
@@ -164,7 +165,7 @@ def phrase_rules(phrases: list[list[str]]) -> list[str]:
 def action_grammar(words: list[str], sql: bool = False, question_words: Optional[list[str]] = None,
                    phrases: Optional[list[list[str]]] = None, search: bool = True, lead: Optional[list[str]] = None) -> str:
     """GBNF for one agent step: ``search(…)``, ``sql(question)`` if ``sql``, or ``answer()``. The search
-    is a run of consecutive words of one of ``phrases`` when given (the parts still open), else up to
+    is the end of one of ``phrases`` when given (the parts still open, :func:`phrase_rules`), else up to
     :data:`MAX_QUERY_WORDS` of ``words`` (opening with one of ``lead`` when given); without ``search``
     (nothing is left open) it is not offered."""
     phrase = phrase_rules([p for p in phrases or [] if len(p) >= 2])
@@ -287,7 +288,7 @@ class GrammarToolCallGenerator:
     def __init__(self, chat_generator: Any, constraint: str = "auto", max_tokens: int = 160, step_name: Optional[str] = "agent_llm"):
         """``chat_generator``: llama.cpp (a GBNF grammar) or an OpenAI-compatible server (a JSON schema);
         any other raises here unless ``constraint="validate"``. ``max_tokens`` bounds one action
-        (a 12-word search or two short cited answers fit well inside 160). ``step_name``: every call
+        (the longest search, a whole question part, fits well inside 160). ``step_name``: every call
         is its own traced step of that name (an Agent calls its generator outside any Pipeline)."""
         if chat_generator is None:
             raise ValueError("GrammarToolCallGenerator needs a chat generator")

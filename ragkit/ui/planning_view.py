@@ -18,7 +18,8 @@ from typing import Any
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
 
-CONFIG_ORDER = ("plain", "decompose", "multi_hop", "agent", "full")
+CONFIG_ORDER = ("plain", "decompose", "multi_hop", "full", "agent", "agent_text")
+CONFIG_LABELS = {"agent": "agent (grammar)", "agent_text": "agent (text tool calls)"}
 
 
 def _short(text: str | None, n: int = 110) -> str:
@@ -82,7 +83,7 @@ def planning_rows(data: dict[str, Any], section: str = "two_part") -> list[dict[
         for config in CONFIG_ORDER:
             r = configs.get(config)
             if isinstance(r, dict):
-                rows.append({"model": model.replace("qwen2.5-coder-", ""), "configuration": config, "questions": r["n"],
+                rows.append({"model": model.replace("qwen2.5-coder-", ""), "configuration": CONFIG_LABELS.get(config, config), "questions": r["n"],
                              "parts answered": f"{r['parts_answered']:.1%}", "part F1": round(r["part_f1"], 3),
                              "LLM calls/q": round(r["llm_calls"], 2), "p50": plots.format_seconds(r["p50_s"])})
     return rows
@@ -108,7 +109,7 @@ def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | 
                 ys.append(r["parts_answered"])
             else:  # an empty slot would read as 0%: say the configuration was not run for this model
                 ax.text(i + j * width, 0.01, "not run", rotation=90, ha="center", va="bottom", fontsize=7, color="0.45")
-        bars = ax.bar(xs, ys, width=width * 0.95, label=config)
+        bars = ax.bar(xs, ys, width=width * 0.95, label=CONFIG_LABELS.get(config, config))
         ax.bar_label(bars, labels=[f"{y:.1%}" for y in ys], fontsize=8, padding=1)
     ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(models))], [m.replace("qwen2.5-coder-", "") for m in models])
     ax.set_ylim(0, 1.05)

@@ -68,7 +68,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(500, json.dumps({"error": {"message": "internal error", "type": "server_error"}}).encode())
         schema = (request.get("response_format") or {}).get("json_schema", {}).get("schema", {})
         props = schema.get("properties", {})
-        if "label" in props:  # a constrained choice: the first allowed label
+        if "action" in props:  # an agent step: search with the question's last words while offered, then answer
+            offered = props["action"]["enum"]
+            question = next((m["content"] for m in request.get("messages", []) if m.get("role") == "user"), "")
+            words = question.split("Question: ", 1)[-1].split("\n", 1)[0].rstrip("?").split()[-3:]
+            text = json.dumps({"action": "search", "query": " ".join(words)} if "search" in offered else {"action": "answer", "query": ""})
+        elif "label" in props:  # a constrained choice: the first allowed label
             text = json.dumps({"label": props["label"]["enum"][0]})
         elif "labels" in props:
             text = json.dumps({"labels": ["yes"] * int(props["labels"].get("minItems", 1))})

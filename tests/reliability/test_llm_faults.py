@@ -197,3 +197,17 @@ def test_the_real_model_gets_a_trimmed_prompt_not_a_context_overflow(local_llm):
             reply = call_llm(local_llm, messages, str, {"max_tokens": 16, "temperature": 0.0}, step="answer")
     assert reply.ok, reply.error
     assert any("prompt trimmed from" in w and "4096-token context" in w for w in trace.steps[0].warnings)
+
+
+@pytest.mark.fault("hidden_failure")
+def test_agent_steps_go_to_an_openai_compatible_server_as_a_json_schema_and_its_failure_is_traced(server, sample_index):
+    from ragkit.pipeline.agent_mode import AgentRAG
+
+    before = len(server.requests)
+    result = AgentRAG(config=remote(server.url("ok")), index=sample_index).ask(QUESTION)
+    steps = [r for _, r in server.requests[before:] if (r.get("response_format") or {}).get("json_schema", {}).get("name") == "agent_action"]
+    assert steps and steps[0]["response_format"]["json_schema"]["schema"]["properties"]["action"]["enum"] == ["search", "answer"]
+    assert result.details["agent"][0]["arguments"] == {"query": "Nikola Tesla born"} and result.details["agent_stats"]["unparsed_tool_calls"] == 0
+    assert result.exit_reason == "answered" and result.sources
+    broken = AgentRAG(config=remote(server.url("broken"), deadline_s=4.0), index=sample_index).ask(QUESTION)
+    assert broken.exit_reason == "unreadable" and "127.0.0.1" in broken.error and broken.confidence == 0.0
