@@ -66,7 +66,7 @@ def agent_run_mermaid(result: Any) -> str:
     """The run as a flowchart: the question, each action and what it found, the answer per part."""
     lines = ["flowchart TD", f'    q(["question: {_label(result.question, 60)}"])']
     roles: dict[str, list[str]] = {"llm": [], "retrieve": [], "io": ["q"]}
-    previous = "q"
+    previous, answers, parts = "q", 0, len(result.details.get("parts") or []) or 1
     for i, step in enumerate(result.trace.steps):
         node, d = f"s{i}", step.decision or {}
         if step.name == "agent_llm":
@@ -78,11 +78,14 @@ def agent_run_mermaid(result: Any) -> str:
             lines.append(f'    {node}["{step.name} · {_label(found)}"]')
             roles["retrieve"].append(node)
         else:
-            lines.append(f'    {node}["{_label(step.name)}"]')
+            answers += step.name == "answer"
+            name = f"answer · part {answers}" if step.name == "answer" and parts > 1 else step.name
+            lines.append(f'    {node}["{_label(name)}"]')
             roles["llm" if step.llm_calls else "io"].append(node)
         lines.append(f"    {previous} --> {node}")
         previous = node
-    lines.append(f'    end_(["answer · {_label(result.answer.splitlines()[0] if result.answer else "", 40)} · {result.exit_reason}"])')
+    ending = f"an answer per part, {parts} parts" if parts > 1 else re.sub(r"\s*\[\d+\]", "", result.answer or "")
+    lines.append(f'    end_(["{_label(ending, 40)} · exit {result.exit_reason}"])')
     lines.append(f"    {previous} --> end_")
     roles["io"].append("end_")
     for role, nodes in roles.items():
