@@ -6,6 +6,8 @@ import pytest
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
+from scripted_llm import scripted  # tests/scripted_llm.py
+
 from ragkit.components.grammar_tool_calls import (
     ALL_SEARCHED, UNCOVERED_PREFIX, GrammarToolCallGenerator, action_grammar, parse_action, phrase_words, query_words, read_conversation,
 )
@@ -14,17 +16,6 @@ from ragkit.pipeline.agent_mode import EXIT_REASONS, AgentRAG
 from ragkit.pipeline.result import AgenticResult
 
 TWO_PART = "Who founded the Yuan dynasty, and where was Nikola Tesla born?"
-
-
-def scripted(*replies):
-    """The n-th LLM call gets the n-th reply (the last one repeats); each call's messages are kept."""
-    seen = []
-
-    def respond(messages):
-        seen.append(list(messages))
-        return replies[min(len(seen), len(replies)) - 1]
-
-    return MockChatGenerator(response_fn=respond), seen
 
 
 def agent(sample_index, fast_config, llm, **kwargs):

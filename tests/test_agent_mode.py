@@ -6,6 +6,8 @@ import pytest
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage, ChatRole, ToolCall
 
+from scripted_llm import scripted  # tests/scripted_llm.py
+
 from ragkit.components.index_retriever import IndexRetriever
 from ragkit.components.text_tool_calls import TextToolCallGenerator, parse_tool_calls, qwen_history
 from ragkit.llm.prompts import NO_ANSWER
@@ -22,17 +24,6 @@ def call(tool="search", **arguments):
 
 def tool_turns(messages):
     return [m for m in messages if m.is_from(ChatRole.TOOL)]
-
-
-def scripted(*replies):
-    """The n-th LLM call gets the n-th reply (the last one repeats); the messages of each call are kept."""
-    seen = []
-
-    def respond(messages):
-        seen.append(list(messages))
-        return replies[min(len(seen), len(replies)) - 1]
-
-    return MockChatGenerator(response_fn=respond), seen
 
 
 def agent(sample_index, fast_config, llm, **kwargs):

@@ -66,7 +66,7 @@ class AgentAnswerFinisher:
         (:class:`~ragkit.components.answer_mode.AnswerModeSelector`), or fixed "grounded" / "free"."""
         self.answer_mode, self.embedder = answer_mode, embedder
         self._modes = AnswerModeSelector()
-        self._index = index
+        self._evidence = EvidenceSelector(index=index, embedder=embedder) if index is not None else None
         self._answer = GuardedGenerator(chat_generator=chat_generator, max_tokens=96, step="answer", answer_mode="free" if answer_mode == "auto" else answer_mode)
         self._scorer = ConfidenceScorer(model=model)
 
@@ -119,8 +119,8 @@ class AgentAnswerFinisher:
             return {"answer": NO_ANSWER, "confidence": 0.0, "components": {}, "p_lacks_answer": 1.0}
         mode = self._modes.run(query=part)["mode"] if self.answer_mode == "auto" else self.answer_mode
         evidence, evidence_signals = None, None
-        if mode == "grounded" and self._index is not None:
-            selected = EvidenceSelector(index=self._index, embedder=self.embedder).run(query=part, documents=sources, mode=mode)
+        if mode == "grounded" and self._evidence is not None:
+            selected = self._evidence.run(query=part, documents=sources, mode=mode)
             evidence, evidence_signals = selected["evidence"], selected["signals"]
         # the prompt the engine's answer step sends (answer_prompt_builder): the evidence sentences, or the sources
         messages = evidence_messages(evidence, part) if evidence else context_messages(sources, grounded_answer_task(part) if mode == "grounded" else answer_task(part))
