@@ -40,6 +40,7 @@ import json
 import statistics
 import sys
 from collections import Counter
+from pathlib import Path
 
 from answer_quality import SETS
 from planning import BRIDGE, OUT, ask_all, configurations, over_plain, summarize, two_part_questions
@@ -117,6 +118,7 @@ def main() -> int:
     parser.add_argument("--tools", default="search", help="search or search,sql")
     parser.add_argument("--baselines", default="plain", help="fixed-workflow configurations asked in the same run (planning.py's names)")
     parser.add_argument("--tool-calls", default="grammar", choices=["grammar", "text"], help="grammar-constrained actions, or tool calls written as text")
+    parser.add_argument("--out", default=str(OUT), help="results file (a development run, e.g. --split dev, goes elsewhere than planning.json)")
     args = parser.parse_args()
     from ragkit.llm.generators import build_chat_generator
     from ragkit.pipeline.agent_mode import AgentRAG
@@ -150,12 +152,13 @@ def main() -> int:
             "plain_same_run": plain, "same_run": same_run, **over_plain(agent_summary, plain),
             "ece": calibration_error(rows["agent"], rags["agent"].results),
         }
-        data = json.loads(OUT.read_text()) if OUT.exists() else {}
+        out = Path(args.out)
+        data = json.loads(out.read_text()) if out.exists() else {}
         data.setdefault(section, {}).setdefault(args.model, {})["agent"] = entry
         data.setdefault("rows", {}).setdefault(section, {}).setdefault(args.model, {})["agent"] = rows["agent"]
         data.setdefault("commands", {})[f"{section}/{args.model}/agent"] = "python bench/agent_mode.py " + " ".join(sys.argv[1:])
         data.setdefault("agent_run", {})[f"{section}/{args.model}"] = run_facts()
-        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        out.write_text(json.dumps(data, indent=1) + "\n")
         printed[section] = {"plain": plain, "agent": {k: v for k, v in entry.items() if k != "plain_same_run"}}
     print(json.dumps(printed, indent=1))
     assert violations == 0, f"{violations} agent questions made more LLM calls than AgentRAG.call_budget"
