@@ -274,6 +274,12 @@ def summary_table() -> str:
         rows.append(f"| hybrid retrieval (FAISS + bm25s) | MRR@10 {s['ragkit-hybrid']['mrr@10']:.3f}, against {s['ragkit-sparse']['mrr@10']:.3f} for "
                     f"BM25 alone and {s['haystack-bm25']['mrr@10']:.3f} for Haystack's BM25 | SQuAD v1.1 dev, {retrieval['corpus_docs']:,} paragraphs, "
                     f"{retrieval['queries']:,} questions | [docs/retrieval.md](docs/retrieval.md) |")
+    stores = load("store_parity.json")
+    if stores and all(n in stores for n in ("squad_dev", "new_wiki")):
+        figures = "; ".join(f"{n}: hybrid MRR@10 {stores[n]['mrr@10']['hybrid/local']:.3f} local / {stores[n]['mrr@10']['hybrid/pgvector']:.3f} pgvector, "
+                            f"dense top-10 overlap {stores[n]['dense_overlap@10']:.3f}" for n in ("squad_dev", "new_wiki"))
+        rows.append(f"| the same retrieval on PostgreSQL + pgvector | {figures} | {stores['squad_dev']['questions']} questions a set, every paragraph one chunk | "
+                    f"[docs/stores.md](docs/stores.md) |")
     quality = (load("answer_quality.json") or {}).get("sets", {}).get("squad_dev", {})
     if quality:
         figures = "; ".join(f"{m.split('-')[-1].upper()} F1 {c['plain']['f1']:.3f} plain / {c['full']['f1']:.3f} all features at {c['full']['p50_ratio_to_plain']:.2f}× p50"
@@ -392,8 +398,24 @@ def conversation_tables(d: dict) -> dict[str, str]:
     return out
 
 
+def store_parity_table(d: dict) -> str:
+    rows = ["| set | chunks | questions | dense top-10 overlap | hybrid MRR@10 local / pgvector | full-text hybrid MRR@10 (found nothing) | "
+            "filtered 10 % / 1 %: results of 10 | p50 ms hybrid local / pgvector |", "|---|---|---|---|---|---|---|---|"]
+    for name in ("squad_dev", "new_wiki"):
+        e = d.get(name)
+        if not e:
+            continue
+        m, f, ms = e["mrr@10"], e["filtered"], e["p50_ms"]
+        rows.append(f"| {name} | {e['chunks']:,} | {e['questions']} | {e['dense_overlap@10']:.3f} | {m['hybrid/local']:.3f} / {m['hybrid/pgvector']:.3f} | "
+                    f"{m['hybrid/pgvector-fulltext']:.3f} ({_pct(e['fulltext_empty'])}) | {f['10%']['returned_pgvector']:g} / {f['1%']['returned_pgvector']:g} | "
+                    f"{ms['hybrid/local']:.1f} / {ms['hybrid/pgvector']:.1f} |")
+    return "\n".join(rows)
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
+    if load("store_parity.json"):
+        out["store_parity.json"] = store_parity_table(load("store_parity.json"))
     if load("eval_agreement.json"):
         out["eval_agreement.json"] = agreement_table(load("eval_agreement.json"))
     if load("eval_repro.json"):

@@ -100,6 +100,11 @@ class BM25sIndex:
         n = len(self._ids)
         return {t: math.log((n + 1) / (int(self._df[vocab[t]]) + 0.5)) for t in self._tokenize([text])[0] if t in vocab and t}
 
+    def tokens(self, texts: list[str]) -> list[list[str]]:
+        """Each text's tokens as this index counts them (stemmed, stopwords dropped, repeats kept):
+        what a server store writes its BM25 postings from, so both score the same terms."""
+        return self._tokenize(texts) if texts else []
+
     def terms(self, texts: list[str]) -> list[set[str]]:
         """Each text's terms as this index tokenizes them."""
         return [set(tokens) for tokens in self._tokenize(texts)] if texts else []

@@ -308,6 +308,13 @@ class RagIndex(IndexFilesMixin, MetadataFiltersMixin):
             self._sparse.build(ids, [self.chunks[i].content or "" for i in ids])
             self._sparse_stale = False
 
+    def vectors(self, ids: list[str]) -> np.ndarray:
+        """The stored (normalised) vectors of chunks ``ids``, in that order: what a migration copies instead of re-embedding."""
+        if not ids:
+            return np.zeros((0, self.dim), dtype="float32")
+        fids = np.asarray([self._faiss_id[cid] for cid in ids], dtype="int64")
+        return self._dense.reconstruct_batch(fids)
+
     def get(self, ids: Iterable[str]) -> list[Document]:
         """Chunks or parents by id (missing ids are skipped)."""
         out = []

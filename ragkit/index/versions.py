@@ -248,3 +248,7 @@ def prune(index_dir: Path, keep: Path) -> None:
             fault_point(f"legacy {name}: removed")
     for stray in index_dir.glob(f".{CURRENT}.*.tmp"):
         stray.unlink(missing_ok=True)
+
+
+class StoreUnavailableError(IndexError_):
+    """The store's server cannot be reached or refused the login; the message names the URL (without its password)."""
