@@ -17,7 +17,7 @@ from haystack import Document
 from ragkit.index.filters import FilterError
 from ragkit.index.pgvector_index import PgvectorIndex, StoreUnavailableError, migrate, redacted
 from ragkit.index.retrieval import HybridRetriever
-from ragkit.index.servers import free_port, start_postgres
+from ragkit.index.servers import free_port, pid_alive, start_postgres
 from ragkit.index.store import RagIndex
 from ragkit.index.versions import EmbedderMismatchError
 
@@ -31,15 +31,7 @@ def server():
     folder = tempfile.mkdtemp(prefix="ragkit-pg-test-")  # under /tmp: the server's own user must reach it
     with start_postgres(folder) as running:
         yield running
-    assert not _alive(running.pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert not pid_alive(running.pid)
 
 
 def local_index(n_sources: int = 20, per_source: int = 6, seed: int = 0) -> RagIndex:
@@ -62,9 +54,9 @@ def test_server_runs_unprivileged_on_loopback_and_stops_by_pid(server):
             uid = next(line for line in status if line.startswith("Uid:")).split()[1]
         assert uid != "0"
     other = start_postgres(tempfile.mkdtemp(prefix="ragkit-pg-test-"))
-    assert _alive(other.pid)
+    assert pid_alive(other.pid)
     other.stop()
-    assert not _alive(other.pid)
+    assert not pid_alive(other.pid)
 
 
 def test_migrate_copies_vectors_and_rerun_adds_no_duplicates(server):

@@ -168,7 +168,7 @@ class HybridRetriever:
         query = check_query(query)
         expanded = sparse_queries if sparse_queries and len(sparse_queries) > 1 else None
         timings: dict[str, float] = {}
-        if len(self.index) == 0:
+        if not self.index:  # a server store answers this without counting its rows
             return RetrievalResult([], timings)
         if filters:
             # before the embedding: a malformed filter or a misspelled field is a clear error, not an empty result

@@ -63,7 +63,7 @@ class LocalServer:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 return
-            if self.process is None and not _alive(self.pid):
+            if self.process is None and not pid_alive(self.pid):
                 return
             time.sleep(0.05)
         os.kill(self.pid, signal.SIGKILL)
@@ -77,7 +77,8 @@ class LocalServer:
         self.stop()
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (a stopped server's is gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
