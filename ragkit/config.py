@@ -83,6 +83,9 @@ class RagConfig:
     # embedded 1.5B answers an all-features question in 20-60 s on 2 cores; a hung server must not
     # hold a notebook for minutes. Past it, calls fail at once and the answer says so.
     deadline_s: float | None = _env("RAGKIT_DEADLINE_S", float, 180.0)
+    # Where the index lives when not in the local folder: postgresql://user@host:5432/db?table=name or
+    # milvus://host:19530?collection=name (RAGKIT_STORE; ragkit.index.stores). None: the local index.
+    store: str | None = _env("RAGKIT_STORE", str, None)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,6 +119,8 @@ class RagConfig:
             config.top_k = int(env["RAGKIT_TOP_K"])
         if env.get("RAGKIT_DEADLINE_S"):
             config.deadline_s = float(env["RAGKIT_DEADLINE_S"])
+        if env.get("RAGKIT_STORE"):
+            config.store = env["RAGKIT_STORE"]
         if env.get("RAGKIT_RETRIEVAL"):
             config.retrieval_mode = env["RAGKIT_RETRIEVAL"]  # type: ignore[assignment]
         config.validate()
@@ -134,6 +139,8 @@ class RagConfig:
             raise ValueError("deadline_s must be >= 0 (0 or None: no deadline)")
         if self.models.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
+        if self.store is not None and not self.store.startswith(("postgresql://", "postgres://", "milvus://", "milvus+https://")):
+            raise ValueError(f"store must be a postgresql://… or milvus://… URL (or None for the local index), not {self.store!r}")
         if self.top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not 0 <= self.index.chunk_overlap_tokens < self.index.chunk_tokens:

@@ -15,7 +15,8 @@ import pytest
 from haystack import Document
 
 from ragkit.index.filters import FilterError
-from ragkit.index.pgvector_index import PgvectorIndex, StoreUnavailableError, migrate, redacted
+from ragkit.index.pgvector_index import PgvectorIndex, StoreUnavailableError, redacted
+from ragkit.index.stores import migrate
 from ragkit.index.retrieval import HybridRetriever
 from ragkit.index.servers import free_port, pid_alive, start_postgres
 from ragkit.index.store import RagIndex

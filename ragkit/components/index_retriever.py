@@ -36,6 +36,7 @@ from ragkit.index.filters import scoped
 from ragkit.index.handle import IndexHandle
 from ragkit.index.retrieval import DEFAULT_SPARSE_WEIGHT, HybridRetriever
 from ragkit.index.store import RagIndex
+from ragkit.index.versions import StoreUnavailableError
 from ragkit.pipeline.trace import record
 
 MODES = ("dense", "sparse", "hybrid")
@@ -95,9 +96,13 @@ class IndexRetriever:
             record(warning=clash)
         # Without an embedding (none computed, or HyDE's step failed) a dense or hybrid retriever
         # embeds the question itself; sparse needs none.
-        found = self._retriever.retrieve(
-            query, top_k=max(self.candidates, top_k), mode=self.mode, query_embedding=query_embedding, filters=filters or None,
-            sparse_queries=sparse_queries if self.mode != "dense" else None,
-        )
+        try:
+            found = self._retriever.retrieve(
+                query, top_k=max(self.candidates, top_k), mode=self.mode, query_embedding=query_embedding, filters=filters or None,
+                sparse_queries=sparse_queries if self.mode != "dense" else None,
+            )
+        except StoreUnavailableError as exc:  # a server store went away mid-question: no evidence, said in the trace
+            record(fallback=f"retrieval failed: {exc}")
+            return {"documents": [], "signals": {}}
         documents = found.documents if self.candidates else found.documents[:top_k]
         return {"documents": documents, "signals": found.signals}

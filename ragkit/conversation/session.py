@@ -44,6 +44,7 @@ from ragkit.conversation.validation import validate
 from ragkit.index.retrieval import QueryError, check_query
 from ragkit.index.filters import whole_index_scope
 from ragkit.index.store import RagIndex
+from ragkit.index.stores import load_index
 from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.result import AgenticResult
@@ -84,7 +85,7 @@ class ChatSession:
         self.name = self.store.ensure(check_session_name(name))
         self.config = config or (rag.config if rag is not None else RagConfig())
         if rag is None:
-            index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
+            index = index if index is not None else load_index(self.config.store or index_dir, expected_embedder=self.config.models.embedder)
             rag = AgenticRAG(features or chat_features(), config=self.config, index=index, chat_generator=chat_generator)
         self.rag = rag
 

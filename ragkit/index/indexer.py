@@ -19,6 +19,11 @@ collection is moved there without re-embedding (``report.moved``). Without ``col
 file goes to ``"default"`` and a re-indexed one stays where it was, so runs that never name a
 collection behave as before. ``description`` sets the collection's description (the collection
 selector routes questions by it); a later run with another description replaces it.
+
+On a server store (``index_dir`` a ``postgresql://`` or ``milvus://`` URL, :mod:`ragkit.index.stores`)
+the same plan runs against the store's own list of sources, under the store's write lock, and each
+file is written as soon as it is embedded in turn (:func:`_write_to_store`): a server that goes away
+stops the run with how far it got, and the same command continues from there.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from ragkit.config import RagConfig
 from ragkit.index.filters import DEFAULT_COLLECTION, check_collection_name, check_description
 from ragkit.index.ingest import IngestError, LoadReport, load_files
 from ragkit.index.store import RagIndex, index_write_lock, unstorable
+from ragkit.index.servers import redacted
+from ragkit.index.stores import is_store_url, open_store, store_write_lock
+from ragkit.index.versions import IndexNotFoundError, StoreUnavailableError
 from ragkit.llm.generators import build_document_embedder
 
 
@@ -104,19 +112,24 @@ def build_index(
     description = check_description(description) if description is not None else None
     if not Path(path).exists():
         raise IngestError(f"{path} does not exist")
+    on_store = is_store_url(index_dir)
+    if on_store and config.index.hierarchical:
+        raise ValueError("hierarchical (parent) chunks are not stored on a server store yet: index it with flat chunks")
     given = Path(os.path.realpath(path))
-    # converting files needs no lock; the root it names them by is re-checked under the lock
+    # converting files needs no lock; the root it names them by is re-checked under the lock (a store
+    # that cannot be reached fails here, before any file is read)
     root = _root_for(None if rebuild else _recorded(index_dir), given)
     loaded = load_files(path, root=root, progress=progress)
     if dry_run:
-        index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
+        index = None if rebuild else _existing(index_dir, config)
         report, _todo = _plan(index, loaded, given, root, remove_missing, index_dir, collection)
         report.dry_run, report.total_chunks = True, len(index) if index else 0
         report.description_changed = description is not None and (index.collections.get(collection or DEFAULT_COLLECTION) if index else None) != description
         report.seconds = time.perf_counter() - started
         return report
-    with index_write_lock(index_dir, lock_timeout):
-        index = None if rebuild or not RagIndex.exists(index_dir) else RagIndex.load(index_dir, expected_embedder=config.models.embedder)
+    with store_write_lock(index_dir, lock_timeout) if on_store else index_write_lock(index_dir, lock_timeout):
+        existing = _existing(index_dir, config)
+        index = None if rebuild else existing
         actual = _root_for((index.root, list(index.sources)) if index else None, given)
         if actual != root:  # another run changed the index between the peek and the lock
             root = actual
@@ -124,6 +137,9 @@ def build_index(
         report, todo = _plan(index, loaded, given, root, remove_missing, index_dir, collection)
         if on_plan is not None:
             on_plan(report)
+        if on_store and rebuild and existing is not None:  # a store is rebuilt in place: every source goes
+            index = existing
+            report.removed = sorted(set(existing.sources) - {f.source for f in todo})
         _update(index, index_dir, todo, report, config, progress, root, description)
     report.seconds = time.perf_counter() - started
     return report
@@ -152,36 +168,65 @@ def _update(
         embedder = build_document_embedder(config.models, progress_bar=progress)
         embedder.warm_up()
         leaves = embedder.run(documents=leaves)["documents"]
+    on_store = is_store_url(index_dir)
     if index is None:
         if embedder is None:
             embedder = build_document_embedder(config.models, progress_bar=False)
             embedder.warm_up()
         model = embedder.embedding_backend.model
         dim = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
-        index = RagIndex(embedder=config.models.embedder, dim=dim)
+        index = open_store(str(index_dir), embedder=config.models.embedder, dim=dim) if on_store else RagIndex(embedder=config.models.embedder, dim=dim)
 
-    for source in report.removed:
-        index.delete_source(source)
-    for file in todo:
-        index.delete_source(file.source)
-    report.chunks_added = index.add(leaves, parents, source_hashes={f.source: f.sha256 for f in todo})
+    if on_store:
+        _write_to_store(index, leaves, todo, report)
+    else:
+        for source in report.removed:
+            index.delete_source(source)
+        for file in todo:
+            index.delete_source(file.source)
+        report.chunks_added = index.add(leaves, parents, source_hashes={f.source: f.sha256 for f in todo})
     if report.moved:
         index.move_sources({source: report.collection for source in report.moved})
     target = report.collection or DEFAULT_COLLECTION
     if description is not None and index.collections.get(target) != description:
-        index.collections[target] = description
+        index.set_description(target, description)
         report.description_changed = True
     index.prune_collections()
-    if todo or report.removed or report.moved or report.description_changed or index.root != str(root) or not RagIndex.exists(index_dir):
+    if on_store:
+        if index.root != str(root):
+            index.set_root(str(root))
+    elif todo or report.removed or report.moved or report.description_changed or index.root != str(root) or not RagIndex.exists(index_dir):
         index.root = str(root)
         index.save(index_dir)
     report.total_chunks = len(index)
 
 
+def _write_to_store(store, leaves: list[Document], todo, report: IndexReport) -> None:
+    """Removals, then one file at a time: its old chunks deleted, its new ones written. A server that goes
+    away stops the run with how far it got; the files written are complete (each chunk records its
+    file's chunk count), so the same command continues where it stopped without duplicates."""
+    by_source: dict[str, list[Document]] = {}
+    for doc in leaves:
+        by_source.setdefault(doc.meta.get("source", ""), []).append(doc)
+    done = 0
+    try:
+        for source in report.removed:
+            store.delete_source(source)
+        for file in todo:
+            store.delete_source(file.source)
+            report.chunks_added += store.add(by_source.get(file.source, []), source_hashes={file.source: file.sha256})
+            done += 1
+    except StoreUnavailableError as exc:
+        raise StoreUnavailableError(
+            f"{exc}. Stopped after {done} of {len(todo)} file(s) ({report.chunks_added} chunks written); "
+            "run the same command again to continue (finished files are skipped, nothing is duplicated)"
+        ) from None
+
+
 def _plan(
     index: RagIndex | None, loaded: LoadReport, given: Path, root: Path, remove_missing: bool, index_dir, collection: str | None = None,
 ) -> tuple[IndexReport, list]:
-    report = IndexReport(index_dir=str(index_dir), root=str(root), skipped=list(loaded.skipped), collection=collection)
+    report = IndexReport(index_dir=redacted(str(index_dir)) if is_store_url(index_dir) else str(index_dir), root=str(root), skipped=list(loaded.skipped), collection=collection)
     todo = []
     for file in loaded.files:
         known = index.sources.get(file.source) if index else None
@@ -210,9 +255,25 @@ def _within(source: str, root: Path, given: Path) -> bool:
     return where == given or where.is_relative_to(given)
 
 
+def _existing(index_dir, config: RagConfig):
+    """The index to update, or None when there is none yet."""
+    if is_store_url(index_dir):
+        try:
+            return open_store(str(index_dir), embedder=config.models.embedder)
+        except IndexNotFoundError:
+            return None
+    return RagIndex.load(index_dir, expected_embedder=config.models.embedder) if RagIndex.exists(index_dir) else None
+
+
 def _recorded(index_dir) -> tuple[str | None, list[str]] | None:
     """(root, sources) from the live manifest without loading the index; None if there is none
-    readable (the load under the lock then reports what is wrong)."""
+    readable (the load under the lock then reports what is wrong). For a store, from the store."""
+    if is_store_url(index_dir):
+        try:
+            store = open_store(str(index_dir))
+        except IndexNotFoundError:
+            return None
+        return store.root, list(store.sources)
     folder = RagIndex.live_dir(index_dir)
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) if folder else None

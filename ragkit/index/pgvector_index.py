@@ -30,15 +30,15 @@ Usage::
     index.add(embedded_chunks)                  # Documents with .embedding and meta["source"]
     index.dense_search(query_vector, top_k=5)
     index.sparse_search("tesla birthplace", 5, filters={"collection": ["wiki"]})
-    migrate(RagIndex.load(".ragkit/index"), index)   # copy a local index without re-embedding
+    PgvectorIndex.from_url("postgresql://ragkit@127.0.0.1:5432/ragkit?table=wiki")   # an existing table; see ragkit.index.stores
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import statistics
 import threading
+from collections import Counter
 from dataclasses import replace
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -50,11 +50,11 @@ from haystack.utils import Secret
 
 from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, is_haystack_filter, normalize_filters, to_haystack
 from ragkit.index.pg_bm25 import PostgresBM25Mixin
+from ragkit.index.pg_catalog import STORE_FORMAT, PostgresCatalogMixin, missing_table_error, recorded_owner  # noqa: F401 (STORE_FORMAT: part of this module's API)
 from ragkit.index.store_files import SourceInfo
 from ragkit.index.servers import redacted
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, StoreUnavailableError  # noqa: F401 (part of this module's API)
 
-STORE_FORMAT = 1
 EF_SEARCH = 200
 DEFAULT_TABLE = "ragkit_chunks"
 SPARSE_KINDS = ("bm25", "fulltext")
@@ -72,7 +72,22 @@ def with_session_settings(url: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
-class PgvectorIndex(PostgresBM25Mixin):
+def _quiet_store_logs() -> None:
+    """pgvector-haystack logs a warning each time it finds the HNSW index it would create already there
+    (every open of an existing table): expected here, so not shown to the user."""
+    import logging
+
+    logger = logging.getLogger("haystack_integrations.document_stores.pgvector.document_store")
+    if not any(isinstance(f, _ExistingIndexFilter) for f in logger.filters):
+        logger.addFilter(_ExistingIndexFilter())
+
+
+class _ExistingIndexFilter:
+    def filter(self, record) -> bool:
+        return "already exists and won't be recreated" not in record.getMessage()
+
+
+class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
     def __init__(self, url: str, embedder: str = "all-MiniLM-L6-v2", dim: int = 384, table: str = DEFAULT_TABLE,
                  language: str = "english", hnsw: bool = True, sparse: str = "bm25"):
         if not url.startswith(("postgresql://", "postgres://")):
@@ -94,11 +109,49 @@ class PgvectorIndex(PostgresBM25Mixin):
         self._dense: Any = None
         self._sparse: Any = None
 
+    @classmethod
+    def bare(cls, url: str) -> "PgvectorIndex":
+        """An unopened index on the table ``url`` names (for its write lock: no table needs to exist)."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        table = query.pop("table", DEFAULT_TABLE)
+        return cls(urlunsplit(parts._replace(query=urlencode(query, quote_via=quote))), table=table)
+
+    @classmethod
+    def from_url(cls, url: str, embedder: str | None = None, dim: int | None = None, **kwargs) -> "PgvectorIndex":
+        """The index a store URL names: ``postgresql://user@host:port/db?table=name`` (``table`` is ragkit's,
+        taken out before the URL reaches libpq; default :data:`DEFAULT_TABLE`). Without ``embedder`` the
+        table must exist and says which embedder wrote it; with one, a new table is created on first write."""
+        probe = cls.bare(url)
+        url, table = probe.url, probe.table
+        recorded = recorded_owner(probe._connect, table)
+        if recorded is None and (embedder is None or dim is None):
+            raise missing_table_error(probe.location, table)
+        if recorded is not None:
+            if embedder is not None and embedder != recorded[0]:
+                raise EmbedderMismatchError(f"the table {table!r} at {redacted(url)} holds vectors from {recorded[0]}, not {embedder}: "
+                                            f"use that embedder (RAGKIT_EMBEDDER={recorded[0]}) or another table (?table=…)")
+            embedder, dim = recorded
+        return cls(url, embedder=embedder, dim=dim, table=table, **kwargs)
+
+    @property
+    def location(self) -> str:
+        """The URL to open this index again, without its password (a saved or exported pipeline holds no
+        secret: give it as ``PGPASSWORD`` or in ``~/.pgpass``), with ``?table=`` when not the default."""
+        from ragkit.index.stores import without_password
+
+        parts = urlsplit(without_password(self.url))
+        query = dict(parse_qsl(parts.query))
+        if self.table != DEFAULT_TABLE:
+            query["table"] = self.table
+        return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
     # -- connecting ------------------------------------------------------------------------------
     def open(self) -> "PgvectorIndex":
         """Connect, check (or record) which embedder wrote the table, create the table if absent."""
         if self._store is not None:
             return self
+        _quiet_store_logs()
         from haystack_integrations.components.retrievers.pgvector import PgvectorEmbeddingRetriever, PgvectorKeywordRetriever
         from haystack_integrations.document_stores.pgvector import PgvectorDocumentStore
 
@@ -124,51 +177,45 @@ class PgvectorIndex(PostgresBM25Mixin):
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if "authentication failed" in reason or "no password supplied" in reason:
+                raise StoreUnavailableError(f"PostgreSQL at {redacted(self.url)} refused the login ({reason}): check the user and the "
+                                            "password (in the URL, PGPASSWORD or ~/.pgpass)") from None
             raise StoreUnavailableError(f"cannot reach PostgreSQL at {redacted(self.url)}: {reason}") from None
 
     @contextlib.contextmanager
     def _reader(self):
         """The read connection, kept open between searches (a new login costs ~5 ms), one user at a
         time; reopened when the server dropped it."""
+        import psycopg
+
         with self._read_lock:
             if self._read_conn is None or self._read_conn.closed or self._read_conn.broken:
                 self._read_conn = self._connect()
             try:
                 yield self._read_conn
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self._read_conn = None  # the next read logs in again (the server may be back)
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise StoreUnavailableError(f"cannot read from PostgreSQL at {redacted(self.url)}: {reason}") from None
             except Exception:
                 if self._read_conn.broken:
                     self._read_conn = None
                 raise
 
-    def _check_owner(self) -> None:
-        with self._connect() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS ragkit_store (table_name text PRIMARY KEY, embedder text NOT NULL, "
-                "dim integer NOT NULL, store_format integer NOT NULL)"
-            )
-            conn.execute("INSERT INTO ragkit_store VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING",
-                         (self.table, self.embedder, self.dim, STORE_FORMAT))
-            embedder, dim, store_format = conn.execute("SELECT embedder, dim, store_format FROM ragkit_store WHERE table_name = %s", (self.table,)).fetchone()
-            self._create_postings(conn)
-        if store_format > STORE_FORMAT:
-            raise IndexError_(f"the table {self.table!r} was written by a newer ragkit (store format {store_format}, this one reads {STORE_FORMAT}): "
-                              "upgrade ragkit, or index into another table")
-        if embedder != self.embedder or dim != self.dim:
-            raise EmbedderMismatchError(
-                f"the table {self.table!r} holds {dim}-d vectors from {embedder}; this index embeds with {self.embedder} ({self.dim}-d). "
-                f"Use that embedder, or index into another table (?table=…), or drop this one"
-            )
-
     # -- writing ---------------------------------------------------------------------------------
     def add(self, chunks: Iterable[Document], parents: Iterable[Document] = (), source_hashes: dict[str, str] | None = None,
-            average_length: float | None = None) -> int:
+            average_length: float | None = None, source_chunks: dict[str, int] | None = None) -> int:
         """Write embedded chunks (overwriting the same ids: a rerun adds no duplicates). Returns how many.
+        Each chunk records its source's checksum and chunk count (``source_chunks``, default: counted in
+        this call), so a source whose writing stopped half-way is seen as incomplete and indexed again.
         ``average_length``: the corpus's mean chunk length in tokens for BM25 (a migration knows it; by
         default the mean of what the store holds plus these chunks)."""
         if list(parents):
             raise ValueError("hierarchical (parent) chunks are not stored on PostgreSQL yet: index with flat chunks")
         self.open()
+        chunks = list(chunks)
+        per_source = Counter(d.meta.get("source", "") for d in chunks)
         rows = []
         for doc in chunks:
             if doc.embedding is None:
@@ -181,12 +228,14 @@ class PgvectorIndex(PostgresBM25Mixin):
             digest = (source_hashes or {}).get(meta.get("source", ""))
             if digest:
                 meta["source_sha256"] = digest
+                meta["source_chunks"] = (source_chunks or per_source)[meta.get("source", "")]
             rows.append(replace(doc, embedding=(vector / norm).tolist(), meta=meta, score=None))
         if not rows:
             return 0
-        written = self._store.write_documents(rows, policy=DuplicatePolicy.OVERWRITE)
-        self._write_postings(rows, average_length)
-        return written
+        # postings first: a write that stops between the two leaves the file short of chunks (indexed again by
+        # the next run, whose rewrite of the same chunk ids replaces the postings), never chunks without postings
+        self._call("writing BM25 postings", self._write_postings, chunks=rows, average_length=average_length)
+        return self._call("writing chunks", self._store.write_documents, documents=rows, policy=DuplicatePolicy.OVERWRITE)
 
     def analyze(self) -> None:
         """Refresh the planner's statistics after a bulk write (a migration ends with it), so its
@@ -196,6 +245,9 @@ class PgvectorIndex(PostgresBM25Mixin):
             conn.execute(f'ANALYZE "{self.table}", {self.table}_postings, {self.table}_terms, {self.table}_lengths')
 
     def delete_source(self, source: str) -> int:
+        return self._call("deleting a source", self._delete_source, source=source)
+
+    def _delete_source(self, source: str) -> int:
         self.open()
         with self._connect() as conn, conn.transaction():
             ids = [r[0] for r in conn.execute(f"SELECT id FROM {self.table} WHERE meta->>'source' = %s", (source,)).fetchall()]
@@ -203,21 +255,29 @@ class PgvectorIndex(PostgresBM25Mixin):
             self._drop_postings(conn, ids)
         return self._store.delete_by_filter({"field": "meta.source", "operator": "==", "value": source})
 
+    def count_ids(self, ids: list[str]) -> int:
+        """How many of ``ids`` the table holds."""
+        self.open()
+        with self._reader() as conn:
+            return sum(conn.execute(f'SELECT count(*) FROM "{self.table}" WHERE id = ANY(%s)', (ids[i:i + 10000],)).fetchone()[0]
+                       for i in range(0, len(ids), 10000))
+
     def _call(self, what: str, fn, **kwargs):
         """``fn(**kwargs)``; a store failure (the server went away, a dropped table) becomes a
         :class:`StoreUnavailableError` naming the step and the URL, for the trace to show."""
+        import psycopg
         from haystack.document_stores.errors import DocumentStoreError
 
         try:
             return fn(**kwargs)
-        except DocumentStoreError as exc:
+        except (DocumentStoreError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
             cause = exc.__cause__ or exc
             reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
             raise StoreUnavailableError(f"{what} failed on {redacted(self.url)}: {reason}") from None
 
     # -- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.open()._store.count_documents()
+        return self._call("counting chunks", self.open()._store.count_documents)
 
     def __bool__(self) -> bool:
         """Whether the table holds any chunk: one indexed row, where ``len`` counts them all (asked per search)."""
@@ -259,7 +319,8 @@ class PgvectorIndex(PostgresBM25Mixin):
         if not wanted:
             return []
         self.open()
-        found = {d.id: replace(d, embedding=None) for d in self._store.filter_documents({"field": "id", "operator": "in", "value": wanted})}
+        found = {d.id: replace(d, embedding=None)
+                 for d in self._call("reading chunks", self._store.filter_documents, filters={"field": "id", "operator": "in", "value": wanted})}
         return [found[i] for i in wanted if i in found]
 
     def filter_ids(self, filters: dict | None) -> bool | None:
@@ -286,43 +347,20 @@ class PgvectorIndex(PostgresBM25Mixin):
 
     @property
     def sources(self) -> dict[str, SourceInfo]:
-        """Each source file held: its checksum, chunk count and collection (one GROUP BY on the server)."""
+        """Each source file held: its checksum, chunk count and collection (one GROUP BY on the server). A
+        source with fewer chunks than it recorded (its writing stopped) has no checksum: the next
+        ``ragkit index`` run indexes it again."""
         self.open()
         with self._reader() as conn:
             rows = conn.execute(
-                f"SELECT meta->>'source', max(meta->>'source_sha256'), count(*), max(meta->>'collection') FROM \"{self.table}\" GROUP BY 1"
+                f"SELECT meta->>'source', max(meta->>'source_sha256'), count(*), max(meta->>'collection'), max((meta->>'source_chunks')::int) "
+                f"FROM \"{self.table}\" GROUP BY 1"
             ).fetchall()
-        return {src or "": SourceInfo(sha256=sha or "", chunks=n, collection=coll or DEFAULT_COLLECTION) for src, sha, n, coll in rows}
+        return {src or "": SourceInfo(sha256=(sha or "") if expected in (None, n) else "", chunks=n, collection=coll or DEFAULT_COLLECTION)
+                for src, sha, n, coll, expected in rows}
 
     def collection_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for info in self.sources.values():
             counts[info.collection] = counts.get(info.collection, 0) + info.chunks
         return counts
-
-
-def migrate(local, target: PgvectorIndex, batch_size: int = 500, progress=None) -> dict[str, int]:
-    """Copy every chunk of a local :class:`~ragkit.index.store.RagIndex` into ``target`` with the vectors it
-    already has (no re-embedding), then check the counts. Returns ``{"chunks": n, "written": n, "in_store": n}``;
-    raises when the store holds a different number of this index's chunks afterwards."""
-    if local.parents:
-        raise ValueError("this index has hierarchical (parent) chunks, which a PostgreSQL store does not hold yet")
-    if local.embedder != target.embedder or local.dim != target.dim:
-        raise EmbedderMismatchError(f"the local index holds {local.dim}-d vectors from {local.embedder}; the store expects {target.dim}-d from {target.embedder}")
-    target.open()
-    ids = list(local.chunks)
-    hashes = {src: info.sha256 for src, info in local.sources.items()}
-    written = 0
-    average = statistics.mean(len(t) for t in target._tokenizer.tokens([local.chunks[i].content or "" for i in ids])) if ids else None
-    for start in range(0, len(ids), batch_size):
-        part = ids[start:start + batch_size]
-        vectors = local.vectors(part)
-        docs = [replace(local.chunks[cid], embedding=vec.tolist()) for cid, vec in zip(part, vectors)]
-        written += target.add(docs, source_hashes=hashes, average_length=average)
-        if progress is not None:
-            progress(len(part))
-    target.analyze()
-    held = target.open()._store.count_documents_by_filter({"field": "id", "operator": "in", "value": ids}) if ids else 0
-    if held != len(ids):
-        raise IndexError_(f"migration incomplete: {held} of {len(ids)} chunks are in the store; run it again (it overwrites, never duplicates)")
-    return {"chunks": len(ids), "written": written, "in_store": held}

@@ -226,6 +226,12 @@ class RagIndex(IndexFilesMixin, MetadataFiltersMixin):
         self._postings.clear()
         self._matching.clear()
 
+    def set_description(self, name: str, description: str) -> None:
+        self.collections[name] = description
+
+    def set_root(self, root: str) -> None:
+        self.root = root
+
     def prune_collections(self) -> list[str]:
         """Drop the descriptions of collections that no longer hold a chunk; returns their names."""
         held = self.collection_counts()

@@ -48,6 +48,7 @@ from ragkit.config import RagConfig
 from ragkit.index.retrieval import check_query
 from ragkit.index.sentence_vectors import SentenceVectorCache
 from ragkit.index.store import RagIndex
+from ragkit.index.stores import index_location, load_index
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.custom_steps import replace_steps as replace_steps_in
@@ -88,7 +89,7 @@ class AgenticRAG:
         once each); ``replace_steps``: a function or component per step name (:mod:`ragkit.pipeline.custom_steps`)."""
         self.features = (features or Features()).validate()
         self.config = config or RagConfig()
-        self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
+        self.index = index if index is not None else load_index(self.config.store or index_dir, expected_embedder=self.config.models.embedder)
         self.chat_generator = chat_generator if chat_generator is not None else build_chat_generator(self.config.models)
         self.step_generators = dict(step_generators or {})
         by_model: dict[str, Any] = {self.config.models.llm: self.chat_generator}
@@ -99,7 +100,7 @@ class AgenticRAG:
                 self.step_generators[step] = by_model[model]
         self.tracer = RagkitTracer()
         self.pipeline: Pipeline = build_pipeline(
-            self.features, self.chat_generator, index=self.index, index_path=str(self.index.path) if self.index.path else None, config=self.config,
+            self.features, self.chat_generator, index=self.index, index_path=index_location(self.index), config=self.config,
             step_generators=self.step_generators,
         )
         if replace_steps:

@@ -38,6 +38,7 @@ from haystack.marshal.yaml import YamlDumper
 
 from ragkit.config import RagConfig
 from ragkit.index.retrieval import check_query
+from ragkit.index.stores import is_store_url, without_password
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
@@ -67,10 +68,15 @@ def dump_yaml(pipe: Pipeline) -> str:
     return pipe.dumps(marshaller=PlainYamlMarshaller())
 
 
+def _location(where: str | Path) -> str:
+    """A local index as an absolute path; a store URL without its password (exported YAML holds no secret)."""
+    return without_password(str(where)) if is_store_url(where) else str(Path(where).resolve())
+
+
 def export_yaml(features: Features, index_dir: str | Path, config: RagConfig | None = None, chat_generator: Any = None) -> str:
     config = config or RagConfig()
     chat_generator = chat_generator if chat_generator is not None else build_chat_generator(config.models)
-    return dump_yaml(build_pipeline(features, chat_generator, index_path=str(Path(index_dir).resolve()), config=config))
+    return dump_yaml(build_pipeline(features, chat_generator, index_path=_location(config.store or index_dir), config=config))
 
 
 def shared_generators() -> DeserializationCallbacks:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Haystack loads)
 from ragkit.index.store import DEFAULT_INDEX_DIR
+from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
-from ragkit.ui.cli_common import shown
+from ragkit.ui.cli_common import index_location, shown
 from ragkit.ui.cli_eval import add_eval_commands
 
 
@@ -31,8 +32,11 @@ def cmd_index(args, console) -> int:
         if plan.removed:
             console.print(f"[yellow]removing {len(plan.removed)} source(s)[/] no longer found under {escape(str(args.path))}: {names(plan.removed)}")
 
+    config = _config(args)
+    if args.to is not None or (args.path == "migrate" and not Path("migrate").exists()):
+        return _migrate(args, config, console)
     report = build_index(
-        args.path, args.index_dir, _config(args), rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
+        args.path, index_location(args, config), config, rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
         dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce, collection=args.collection, description=args.description,
     )
     into = f" into collection {escape(report.collection)}" if report.collection else ""
@@ -63,6 +67,27 @@ def cmd_index(args, console) -> int:
             console.print(f"removed {len(report.removed)} source(s): {names(report.removed)}")
     for source, reason in report.skipped:
         console.print(f"[yellow]skipped[/] {escape(source)}: {escape(reason)}")
+    return 0
+
+
+def _migrate(args, config, console) -> int:
+    """`ragkit index migrate --to URL`: the local index (--index-dir) copied into a store, vectors as they are."""
+    from rich.progress import Progress
+
+    from ragkit.index.store import RagIndex
+    from ragkit.index.stores import is_store_url, migrate, open_store
+
+    if args.path != "migrate" or not args.to:
+        raise ValueError("to copy a local index into a store: ragkit index migrate --to postgresql://…|milvus://… [--index-dir FOLDER]")
+    if not is_store_url(args.to):
+        raise ValueError(f"--to takes a store URL (postgresql://… or milvus://…), not {args.to!r}")
+    local = RagIndex.load(args.index_dir)
+    target = open_store(args.to, embedder=local.embedder, dim=local.dim)
+    with Progress(console=console, transient=True, disable=args.quiet) as bar:
+        task = bar.add_task("copying chunks", total=len(local))
+        counts = migrate(local, target, progress=lambda n: bar.advance(task, n))
+    console.print(f"[bold]Migrated[/] {counts['chunks']} chunks from {len(local.sources)} sources in {shown(args.index_dir)} "
+                  f"to {shown(target.location)}: the store holds all {counts['in_store']} (vectors copied, not re-embedded)")
     return 0
 
 
@@ -111,7 +136,7 @@ def cmd_ask(args, console) -> int:
     trace = result.trace
     errors = Console(stderr=True, soft_wrap=True, highlight=False)
     status = 3 if result.failed or result.exit_reason == "pipeline_error" else 0
-    note = "the index is empty" if len(rag.index) == 0 else ("no document matched the question" if result.exit_reason == "no_context" else "")
+    note = _empty_note(rag, result)
     if args.json:
         print(json.dumps({
             "question": result.question, "answer": result.answer, "confidence": result.confidence, "symbol": result.symbol,
@@ -158,6 +183,18 @@ def _report_failures(errors, result, status: int) -> None:
         errors.print(f"[yellow]warning:[/] step {shown(step)} failed, confidence capped: {shown(_step_error(result, step))}")
     for warning in result.warnings:
         errors.print(f"[yellow]warning:[/] {shown(warning)}")
+
+
+def _empty_note(rag, result) -> str:
+    """Why there was nothing to answer from, when there was nothing."""
+    if "retrieve" in result.failed_steps:
+        return "retrieval failed (see the trace)"
+    if result.exit_reason != "no_context":
+        return ""
+    try:
+        return "the index is empty" if not rag.index else "no document matched the question"
+    except IndexError_:  # the store went away after the question
+        return "the index could not be read"
 
 
 def _step_error(result, name: str) -> str:
@@ -210,16 +247,17 @@ def cmd_serve(args, console) -> int:
 
 
 def cmd_info(args, console) -> int:
-    from ragkit.index.store import RagIndex
+    from ragkit.index.stores import index_exists, load_index
     from ragkit.llm.models import EMBEDDED_LLMS
 
     config = _config(args)
     console.print(f"embedder: {config.models.embedder}; LLM: {config.models.llm} via {config.models.llm_backend}")
     for name, spec in EMBEDDED_LLMS.items():
         console.print(f"  embedded LLM {name}: {spec.description}")
-    if RagIndex.exists(args.index_dir):
-        index = RagIndex.load(args.index_dir)
-        console.print(f"index {shown(args.index_dir)}: {len(index)} chunks from {len(index.sources)} sources, embedder {index.embedder}")
+    where = index_location(args, config)
+    if index_exists(where):
+        index = load_index(where)
+        console.print(f"index {shown(getattr(index, 'location', None) or where)}: {len(index)} chunks from {len(index.sources)} sources, embedder {index.embedder}")
         counts = index.collection_counts()
         sources_in: dict[str, int] = {}
         for info in index.sources.values():
@@ -231,7 +269,7 @@ def cmd_info(args, console) -> int:
         for source, info in sorted(index.sources.items()):
             console.print(f"  {shown(source)}: {info.chunks} chunks, collection {info.collection}")
     else:
-        console.print(f"no index at {args.index_dir}")
+        console.print(f"no index at {shown(where)}")
     return 0
 
 
@@ -239,11 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--index-dir", default=DEFAULT_INDEX_DIR, help=f"index folder (default {DEFAULT_INDEX_DIR})")
     common.add_argument("--config", help="YAML file with ragkit settings (see README)")
+    common.add_argument("--store", metavar="URL", help="keep the index on a server instead of --index-dir: postgresql://user@host:port/db?table=NAME "
+                        "or milvus://host:port?collection=NAME (password: PGPASSWORD / MILVUS_TOKEN); also RAGKIT_STORE")
     parser = argparse.ArgumentParser(prog="ragkit", description="Index documents and ask questions about them, offline.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("index", parents=[common], help="add a file or folder (.md .txt .pdf .html) to the index")
-    p.add_argument("path")
+    p = sub.add_parser("index", parents=[common], help="add a file or folder (.md .txt .pdf .html) to the index; `index migrate --to URL` copies it to a store")
+    p.add_argument("path", help="file or folder to index; or `migrate` with --to")
+    p.add_argument("--to", metavar="URL", help="with `migrate`: copy the local index (--index-dir) into this store without re-embedding")
     p.add_argument("--rebuild", action="store_true", help="start a new index instead of updating")
     p.add_argument("--remove-missing", action="store_true", help="drop indexed sources under PATH whose files are gone")
     p.add_argument("--dry-run", action="store_true", help="report what would be indexed and removed; change nothing")

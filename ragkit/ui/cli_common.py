@@ -16,6 +16,8 @@ def config_from_args(args) -> RagConfig:
     """``--config`` FILE (else ``RagConfig()``), then ``RAGKIT_*`` variables, then the command's own flags."""
     config = RagConfig.from_yaml(args.config) if args.config else RagConfig()
     config = RagConfig.from_env(config)
+    if getattr(args, "store", None):
+        config.store = args.store
     if getattr(args, "llm", None):
         config.models.llm = args.llm
     if getattr(args, "top_k", None):
@@ -26,6 +28,11 @@ def config_from_args(args) -> RagConfig:
         config.index.hierarchical = True
     config.validate()
     return config
+
+
+def index_location(args, config: RagConfig) -> str:
+    """Where the command's index lives: ``--store`` / ``RAGKIT_STORE`` / the config's ``store`` URL, else ``--index-dir``."""
+    return config.store or args.index_dir
 
 
 def shown(value) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.llm.models import cache_dir
-from ragkit.ui.cli_common import config_from_args, shown
+from ragkit.ui.cli_common import config_from_args, index_location, shown
 
 
 def default_cache_path() -> Path:
@@ -26,9 +26,11 @@ def default_cache_path() -> Path:
 
 
 def _index_for(args, console, config):
-    """The index the command reads: ``--index-dir``, built from PATH first when PATH is a folder of documents."""
+    """The index the command reads: ``--store`` / ``--index-dir``, built from PATH first when PATH is a folder of documents."""
     from ragkit.index.store import RagIndex
+    from ragkit.index.stores import index_exists, load_index
 
+    where = index_location(args, config)
     target = getattr(args, "path", None)
     if target and RagIndex.exists(target):
         return RagIndex.load(target, expected_embedder=config.models.embedder)
@@ -38,13 +40,13 @@ def _index_for(args, console, config):
         source = Path(target)
         if not source.exists():
             raise ValueError(f"{target}: no such file or folder")
-        report = build_index(source, args.index_dir, config, progress=not args.quiet)
+        report = build_index(source, where, config, progress=not args.quiet)
         if not report.total_chunks:
             raise ValueError(f"{target}: nothing to generate questions from (no readable document; skipped: {len(report.skipped)})")
-        console.print(f"indexed {shown(target)} into {shown(args.index_dir)}: {report.total_chunks} chunks")
-    if not RagIndex.exists(args.index_dir):
-        raise ValueError(f"no index at {args.index_dir}: run `ragkit index PATH` first, or give PATH")
-    return RagIndex.load(args.index_dir, expected_embedder=config.models.embedder)
+        console.print(f"indexed {shown(target)} into {shown(report.index_dir)}: {report.total_chunks} chunks")
+    if not index_exists(where):
+        raise ValueError(f"no index at {shown(where)}: run `ragkit index PATH` first, or give PATH")
+    return load_index(where, expected_embedder=config.models.embedder)
 
 
 def cmd_testset_generate(args, console) -> int:

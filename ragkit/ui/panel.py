@@ -28,6 +28,7 @@ from ragkit.pipeline.engine import AgenticRAG, AgenticResult
 from ragkit.config import DEFAULT_LLM, FAST_LLM, RagConfig
 from ragkit.pipeline.features import Features
 from ragkit.index.store import RagIndex
+from ragkit.index.stores import load_index
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.ui import plots
 from ragkit.ui.ablation import prepare_one_time, run_ablation  # noqa: F401  (the notebooks import these from here)
@@ -83,7 +84,7 @@ class ControlPanel:
     ):
         self.config = config or RagConfig()
         self.base = features or Features()
-        index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
+        index = index if index is not None else load_index(self.config.store or index_dir, expected_embedder=self.config.models.embedder)
         self.engine = _Engine(index, self.config, generator_factory, self._on_chunk)
         self.controls = feature_controls(self.base)
         models = list(dict.fromkeys([self.config.models.llm, DEFAULT_LLM, FAST_LLM]))
