@@ -44,3 +44,20 @@ def test_environment_overrides():
 def test_invalid_config_is_a_clear_error(data, message):
     with pytest.raises(ValueError, match=message):
         RagConfig.from_dict(data)
+
+
+def test_the_store_is_one_config_line_or_one_variable(monkeypatch, tmp_path):
+    from ragkit.index.stores import is_store_url, without_password
+    from ragkit.pipeline.export import _location
+
+    assert RagConfig().store is None
+    monkeypatch.setenv("RAGKIT_STORE", "milvus://127.0.0.1:19530?collection=wiki")
+    assert RagConfig().store == "milvus://127.0.0.1:19530?collection=wiki"
+    assert RagConfig.from_dict({"store": "postgresql://ragkit@db:5432/ragkit"}).store == "postgresql://ragkit@db:5432/ragkit"
+    with pytest.raises(ValueError, match="store must be a postgresql://… or milvus://… URL"):
+        RagConfig(store="sqlite:///x.db")
+    assert is_store_url("postgres://u@h/db") and not is_store_url(str(tmp_path))
+    # exported pipelines record where the index is, never a password
+    assert without_password("postgresql://ragkit:s3cret@db:5432/ragkit?table=t") == "postgresql://ragkit@db:5432/ragkit?table=t"
+    assert _location("postgresql://ragkit:s3cret@db/ragkit") == "postgresql://ragkit@db/ragkit"
+    assert _location(tmp_path / "index") == str((tmp_path / "index").resolve())

@@ -94,7 +94,8 @@ def build_index(
     collection: str | None = None,
     description: str | None = None,
 ) -> IndexReport:
-    """Bring ``index_dir`` up to date with ``path``; see the module docstring.
+    """Bring ``index_dir`` (or the store ``config.store`` names, when set) up to date with ``path``; see the
+    module docstring.
 
     ``collection``: a short slug (``wiki``, ``python-docs``) naming the collection the files of
     ``path`` belong to; ``description``: what that collection holds, in a sentence (without
@@ -106,6 +107,7 @@ def build_index(
     :class:`~ragkit.index.store.IndexLockedError`.
     """
     config = config or RagConfig()
+    index_dir = config.store or index_dir  # a config naming a store indexes into it, as the engine reads from it
     started = time.perf_counter()
     # checked before any file is read: a bad name must not cost a folder's conversion
     collection = check_collection_name(collection) if collection is not None else None

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections import Counter
@@ -227,6 +228,8 @@ class MilvusIndex:
         """Every row's ``fields``, in pages (Milvus caps one query's rows)."""
         if not self._exists():
             return
+        # Milvus Lite has no server timestamp for the iterator, which pymilvus logs as a warning on every scan
+        logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
         iterator = self._call("reading the collection", self._store.client.query_iterator, collection_name=self.collection, batch_size=1000,
                               output_fields=fields)
         try:

@@ -72,6 +72,7 @@ from ragkit.components.sql_answerer import SqlAnswerer
 from ragkit.components.text_tool_calls import TextToolCallGenerator
 from ragkit.config import RagConfig
 from ragkit.index.store import RagIndex
+from ragkit.index.stores import load_index
 from ragkit.llm.faults import question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.llm.prompts import NO_ANSWER
@@ -132,7 +133,7 @@ class AgentRAG:
         self.chat_generator = chat_generator if chat_generator is not None else build_chat_generator(self.config.models)
         built: list[Tool] = []
         if "search" in tools:
-            self.index = index if index is not None else RagIndex.load(index_dir, expected_embedder=self.config.models.embedder)
+            self.index = index if index is not None else load_index(self.config.store or index_dir, expected_embedder=self.config.models.embedder)
             built.append(search_tool(self.index, top_k=top_k, mode=mode, max_chars=max_chars))
         if "sql" in tools:
             self.sql_answerer = sql_answerer or SqlAnswerer(chat_generator=self.chat_generator)

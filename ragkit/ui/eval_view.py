@@ -173,12 +173,12 @@ class EvalLab:
 
         from ragkit.eval.generate import generate_testset
         from ragkit.index.indexer import build_index
-        from ragkit.index.store import RagIndex
+        from ragkit.index.stores import load_index
         from ragkit.llm.cache import llm_cache
 
         self.status.value = f"indexing {html.escape(self.folder.value)} …"
         build_index(self.folder.value, self.index_dir, self.config, progress=False)
-        self.index = RagIndex.load(self.index_dir)
+        self.index = load_index(self.config.store or self.index_dir)
         self.progress.max, self.progress.value = n, 0
 
         def step(done: int, total: int) -> None:
