@@ -417,10 +417,35 @@ def store_parity_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def scale_table(d: dict) -> str:
+    rows = ["| chunks | backend | ingest s | p50 ms dense / keyword / hybrid | hybrid p95 / p99 ms | hybrid q/s, 4 clients | dense recall@10 | "
+            "filtered 10 % / 1 %: results of 10 | server MB | ragkit MB | disk MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for size in sorted((k for k in d if k.isdigit()), key=int):
+        for backend, e in d[size].items():
+            lat, f = e["latency_ms"], e["filtered"]
+            server = f"{e['server_pss_mb']:,.0f}" if e.get("server_pss_mb") else "–"
+            rows.append(f"| {int(size):,} | {backend} | {e['ingest_s']:,.0f} | {lat['dense']['p50']:.1f} / {lat['sparse']['p50']:.1f} / {lat['hybrid']['p50']:.1f} | "
+                        f"{lat['hybrid']['p95']:.1f} / {lat['hybrid']['p99']:.1f} | {e['hybrid_qps_4_clients']:g} | {e['dense_recall@10']:.3f} | "
+                        f"{f['10%']['returned_of_10']:g} / {f['1%']['returned_of_10']:g} | {server} | {e['ragkit_rss_mb']:,.0f} | {e['disk_mb']:,.0f} |")
+    return "\n".join(rows)
+
+
+def store_answers_table(d: dict) -> str:
+    a = d["answers"]
+    rows = ["| store | questions | identical answers | identical sources | model, features |", "|---|---|---|---|---|"]
+    for name, e in a["stores"].items():
+        rows.append(f"| {name} | {a['questions']} | {_pct(e['identical_answers'])} | {_pct(e['identical_sources'])} | {a['model']}, {a['features']} |")
+    return "\n".join(rows)
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
     if load("store_parity.json"):
         out["store_parity.json"] = store_parity_table(load("store_parity.json"))
+        if "answers" in load("store_parity.json"):
+            out["store_parity.json answers"] = store_answers_table(load("store_parity.json"))
+    if load("scale.json"):
+        out["scale.json"] = scale_table(load("scale.json"))
     if load("eval_agreement.json"):
         out["eval_agreement.json"] = agreement_table(load("eval_agreement.json"))
     if load("eval_repro.json"):

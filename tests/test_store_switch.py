@@ -261,3 +261,15 @@ def test_cli_says_which_server_is_down_and_exits_2_without_a_traceback(kind, tmp
         assert "Traceback" not in run.stderr and "secret" not in message
         expected = "error: cannot reach PostgreSQL at postgresql://ragkit:***@127.0.0.1" if kind == "postgres" else "error: cannot reach Milvus at milvus://127.0.0.1"
         assert expected in message, message
+
+
+def test_non_ascii_source_names_and_terms(server, tmp_path, fast_config):
+    url = table_url(server, "switch_unicode")
+    docs = write_docs(tmp_path / "docs", {"zürich.md": "# Zürich\n\nDie Limmat fließt durch Zürich; Börte war seine Frau.", "plain.md": "Plain text."})
+    build_index(docs, url, fast_config, progress=False)
+    store = open_store(url)
+    assert "zürich.md" in store.sources and store.term_weights("Börte Zürich")
+    assert [d.meta["source"] for d in store.sparse_search("Börte", 3)] == ["zürich.md"]
+    (docs / "zürich.md").unlink()
+    assert build_index(docs, url, fast_config, progress=False, remove_missing=True).removed == ["zürich.md"]
+    assert list(store.sources) == ["plain.md"]

@@ -61,8 +61,9 @@ BM25_K1, BM25_B = 1.5, 0.75  # bm25s's, as the local index uses them
 TEXT, CONTENT, SPARSE = "bm25_text", "ragkit_content", "sparse"
 HIDDEN = {TEXT, CONTENT, "source_sha256", "source_chunks"}
 # one connection per index object, and gRPC subchannels of its own: gRPC's process-wide pool keeps a server
-# that went away in reconnect backoff for every later client, so one that is back would stay unreachable
-CONNECTION_OPTIONS = {"dedicated": True, "grpc_options": {"grpc.use_local_subchannel_pool": 1}}
+# that went away in reconnect backoff for every later client, so one that is back would stay unreachable;
+# keepalive pings every 5 min, not pymilvus's 10 s, which gRPC servers' default policy answers with "too_many_pings"
+CONNECTION_OPTIONS = {"dedicated": True, "grpc_options": {"grpc.use_local_subchannel_pool": 1, "grpc.keepalive_time_ms": 300_000}}
 
 
 class MilvusIndex:
@@ -151,7 +152,7 @@ class MilvusIndex:
             if not self._catalog_loaded:  # a restarted server holds collections released until loaded
                 client.load_collection(CATALOG)
                 self._catalog_loaded = True
-            rows = client.query(CATALOG, filter=f"name == {json.dumps(self.collection)}", output_fields=["info"])
+            rows = client.query(CATALOG, filter=f"name == {literal(self.collection)}", output_fields=["info"])
         except Exception as exc:
             raise StoreUnavailableError(f"cannot read Milvus at {self.location}: {_reason(exc)}") from None
         return json.loads(rows[0]["info"]) if rows else None
@@ -279,7 +280,7 @@ class MilvusIndex:
     def delete_source(self, source: str) -> int:
         if not self._exists():
             return 0
-        found = self._call("deleting a source", self._store.client.delete, collection_name=self.collection, filter=f"source == {json.dumps(source)}")
+        found = self._call("deleting a source", self._store.client.delete, collection_name=self.collection, filter=f"source == {literal(source)}")
         return int(found.get("delete_count", 0)) if isinstance(found, dict) else 0
 
     def move_sources(self, moves: dict[str, str]) -> int:
@@ -287,7 +288,7 @@ class MilvusIndex:
         moved = 0
         for source, name in moves.items():
             check_collection_name(name)
-            rows = self._query("reading a source", f"source == {json.dumps(source)}", ["*"])
+            rows = self._query("reading a source", f"source == {literal(source)}", ["*"])
             changed = [{**row, "collection": name} for row in rows if row.get("collection") != name]
             for row in changed:
                 row.pop(SPARSE, None)  # the server's BM25 function writes it
@@ -297,7 +298,7 @@ class MilvusIndex:
         return moved
 
     def count_ids(self, ids: list[str]) -> int:
-        return sum(self._count(f"id in {json.dumps(ids[i:i + 1000])}") for i in range(0, len(ids), 1000))
+        return sum(self._count(f"id in {literal(ids[i:i + 1000])}") for i in range(0, len(ids), 1000))
 
     def _count(self, expr: str = "") -> int:
         rows = self._query("counting chunks", expr, ["count(*)"])
@@ -461,7 +462,7 @@ class MilvusIndex:
         n = len(self)
         weights = {}
         for word in words:
-            df = self._count(f"TEXT_MATCH({TEXT}, {json.dumps(word)})")
+            df = self._count(f"TEXT_MATCH({TEXT}, {literal(word)})")
             if df:
                 weights[word] = float(np.log((n + 1) / (df + 0.5)))
         return weights
@@ -498,6 +499,12 @@ class MilvusChunks(Mapping):
 
     def items(self):  # type: ignore[override]
         return ((d.id, d) for d in self.values())
+
+
+def literal(value) -> str:
+    """A string (or list of strings) as a Milvus expression literal: JSON's quoting and escapes, with
+    non-ASCII characters as themselves (Milvus's parser has no ``\\u`` escape)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _reason(exc: BaseException) -> str:

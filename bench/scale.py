@@ -1,0 +1,213 @@
+"""Where each backend stands as the corpus grows: the local index (FAISS HNSW + bm25s), PostgreSQL +
+pgvector and Milvus (milvus-lite's server) at ``--chunks`` chunks.
+
+The corpus: the 3,648 real paragraphs of SQuAD v1.1 dev and SQuAD-Shifts new_wiki with their real
+all-MiniLM-L6-v2 vectors, **replicated** to ``--chunks`` with small noise on each copy's vector
+(σ = 0.02 a dimension on the unit vector, renormalised) and the paragraph's text; each copy is a chunk
+of its own source (100 chunks a source) with a ``shard`` field 0–99 for the filtered queries. So the
+figures are latency, throughput, recall and resources at that size — not answer quality, which
+replicas cannot measure (``store_parity.py`` measures that on the real corpora).
+
+Per backend: ingest seconds (the vectors given, nothing embedded), p50 / p95 / p99 milliseconds of a
+dense, a keyword and a hybrid search from one client (``--queries`` real SQuAD dev questions, embedded
+once beforehand: the query embedding is excluded), hybrid questions per second with 4 concurrent
+clients (threads), dense recall@10 against exact search over the same vectors (numpy), filtered
+hybrid searches at 10 % and 1 % selectivity (shards) with the mean number of results returned (of 10),
+the server's memory (PSS of its process tree), this process's RSS, and the data's disk size.
+
+    .venv/bin/python bench/scale.py --chunks 100000 --backends local,pgvector,milvus
+    .venv/bin/python bench/scale.py --chunks 1000000 --backends local
+
+Writes ``bench/results/scale.json`` (one entry per backend and size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from answer_quality import SETS
+from squad_common import CACHE, ROOT, run_facts
+
+OUT = ROOT / "bench" / "results" / "scale.json"
+PER_SOURCE = 100
+NOISE = 0.02
+
+
+def corpus(n: int, seed: int = 0):
+    """(vectors float32 [n, d], texts, base index per chunk) replicated from the real paragraphs."""
+    from ragkit.eval.experiments import index_documents, load_squad_corpus
+
+    texts, vectors = [], []
+    for name in ("squad_dev", "new_wiki"):
+        docs, _ = load_squad_corpus(SETS[name])
+        index = index_documents(docs, CACHE / f"{name}_index_all-MiniLM-L6-v2")
+        ids = list(index.chunks)
+        texts += [index.chunks[i].content for i in ids]
+        vectors.append(index.vectors(ids))
+    base = np.concatenate(vectors).astype("float32")
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    rng = np.random.default_rng(seed)
+    which = np.arange(n) % len(base)
+    out = np.empty((n, base.shape[1]), dtype="float32")
+    for start in range(0, n, 50_000):
+        part = which[start:start + 50_000]
+        noisy = base[part] + rng.normal(scale=NOISE, size=(len(part), base.shape[1])).astype("float32")
+        out[start:start + len(part)] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    return out, texts, which
+
+
+def chunk_docs(vectors, texts, which, start: int, stop: int):
+    from haystack import Document
+
+    return [Document(id=f"c{i:07d}", content=texts[which[i]], embedding=vectors[i],
+                     meta={"source": f"replica{i // PER_SOURCE:05d}.txt", "shard": int(i // PER_SOURCE % 100), "collection": "default"})
+            for i in range(start, stop)]
+
+
+def tree_pss_mb(pid: int) -> float:
+    import psutil
+
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                total += proc.memory_full_info().pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+    except psutil.NoSuchProcess:
+        return 0.0
+    return total / 2**20
+
+
+def folder_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
+
+
+def percentiles(ms: list[float]) -> dict:
+    q = np.percentile(ms, [50, 95, 99])
+    return {"p50": round(float(q[0]), 2), "p95": round(float(q[1]), 2), "p99": round(float(q[2]), 2)}
+
+
+def measure(index, retriever, queries, vectors, exact_top):
+    """Latency per mode, recall@10, filtered searches, 4-client throughput."""
+    timings = {"dense": [], "sparse": [], "hybrid": []}
+    recall = []
+    for (text, vector), exact in zip(queries, exact_top):
+        for mode in timings:
+            t = time.perf_counter()
+            found = retriever.retrieve(text, top_k=10, mode=mode, query_embedding=vector).documents
+            timings[mode].append((time.perf_counter() - t) * 1000)
+            if mode == "dense":
+                recall.append(len({d.id for d in found} & exact) / 10)
+    filtered = {}
+    for label, shards in (("10%", list(range(10))), ("1%", [0])):
+        got, ms = [], []
+        for text, vector in queries[:100]:
+            t = time.perf_counter()
+            found = retriever.retrieve(text, top_k=10, mode="hybrid", query_embedding=vector, filters={"shard": shards}).documents
+            ms.append((time.perf_counter() - t) * 1000)
+            got.append(len(found))
+        filtered[label] = {"returned_of_10": round(statistics.mean(got), 2), **percentiles(ms)}
+    done, lock, stop_at = [0], threading.Lock(), time.perf_counter() + 20
+
+    def client(offset: int) -> None:
+        i = offset
+        while time.perf_counter() < stop_at:
+            text, vector = queries[i % len(queries)]
+            retriever.retrieve(text, top_k=10, mode="hybrid", query_embedding=vector)
+            with lock:
+                done[0] += 1
+            i += 4
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    qps = done[0] / (time.perf_counter() - started)
+    return {"latency_ms": {mode: percentiles(v) for mode, v in timings.items()}, "dense_recall@10": round(statistics.mean(recall), 4),
+            "filtered": filtered, "hybrid_qps_4_clients": round(qps, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--backends", default="local,pgvector,milvus")
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+
+    import psutil
+
+    from ragkit.config import ModelConfig
+    from ragkit.eval.experiments import load_squad_corpus
+    from ragkit.index.retrieval import HybridRetriever
+    from ragkit.index.servers import start_milvus, start_postgres
+    from ragkit.index.store import RagIndex
+    from ragkit.index.stores import open_store
+
+    vectors, texts, which = corpus(args.chunks)
+    _, questions = load_squad_corpus(SETS["squad_dev"])
+    asked = [q["question"] for q in np.random.default_rng(2).choice(questions, args.queries, replace=False)]
+    embedder_host = HybridRetriever(RagIndex(embedder="all-MiniLM-L6-v2", dim=vectors.shape[1]), ModelConfig())
+    queries = [(q, embedder_host.embed(q)) for q in asked]
+    qmatrix = np.asarray([v for _, v in queries], dtype="float32")
+    qmatrix /= np.linalg.norm(qmatrix, axis=1, keepdims=True)
+    exact_top = []
+    for row in qmatrix:  # exact search over the same vectors, in numpy
+        scores = vectors @ row
+        exact_top.append({f"c{i:07d}" for i in np.argpartition(-scores, 10)[:10]})
+    results = json.loads(OUT.read_text()) if OUT.exists() else {}
+    for backend in args.backends.split(","):
+        folder = tempfile.mkdtemp(prefix=f"ragkit-scale-{backend}-")
+        server = None
+        try:
+            t0 = time.perf_counter()
+            if backend == "local":
+                index = RagIndex(embedder="all-MiniLM-L6-v2", dim=vectors.shape[1], dense_index="hnsw")
+                for start in range(0, args.chunks, 20_000):
+                    index.add(chunk_docs(vectors, texts, which, start, min(start + 20_000, args.chunks)))
+                index.save(Path(folder) / "index")
+                index = RagIndex.load(Path(folder) / "index")
+                retriever = HybridRetriever(index, ModelConfig(), embedder=embedder_host.embedder)
+                retriever.retrieve("warm up", top_k=10, mode="hybrid", query_embedding=queries[0][1])  # builds bm25s's matrix
+            else:
+                server = (start_postgres if backend == "pgvector" else start_milvus)(folder)
+                index = open_store(server.url, embedder="all-MiniLM-L6-v2", dim=vectors.shape[1])
+                average = float(np.mean([len(t) for t in index._tokenizer.tokens(texts)]))
+                with index.write_lock():
+                    for start in range(0, args.chunks, 5_000):
+                        index.add(chunk_docs(vectors, texts, which, start, min(start + 5_000, args.chunks)), average_length=average)
+                    index.analyze()
+                retriever = HybridRetriever(index, ModelConfig(), embedder=embedder_host.embedder)
+            ingest_s = time.perf_counter() - t0
+            entry = {"chunks": args.chunks, "ingest_s": round(ingest_s, 1), **measure(index, retriever, queries, vectors, exact_top),
+                     "server_pss_mb": round(tree_pss_mb(server.pid), 1) if server else None,
+                     "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1),
+                     "disk_mb": round(folder_mb(folder), 1)}
+        finally:
+            if server is not None:
+                server.stop()
+        results.setdefault(str(args.chunks), {})[backend] = entry
+        results.setdefault("commands", {})[f"{args.chunks}/{backend}"] = "python bench/scale.py " + " ".join(sys.argv[1:])
+        results.setdefault("run", {})[f"{args.chunks}/{backend}"] = run_facts()
+        results["corpus"] = ("SQuAD v1.1 dev + SQuAD-Shifts new_wiki paragraphs (3,648, real all-MiniLM-L6-v2 vectors) replicated with "
+                             f"N(0, {NOISE}) noise per dimension, renormalised; {PER_SOURCE} chunks a source; filters on a shard field 0-99")
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
+        print(backend, json.dumps(entry, indent=1), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
