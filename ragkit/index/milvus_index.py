@@ -280,8 +280,11 @@ class MilvusIndex:
     def delete_source(self, source: str) -> int:
         if not self._exists():
             return 0
-        found = self._call("deleting a source", self._store.client.delete, collection_name=self.collection, filter=f"source == {literal(source)}")
-        return int(found.get("delete_count", 0)) if isinstance(found, dict) else 0
+        expr = f"source == {literal(source)}"
+        held = self._count(expr)  # pymilvus's delete no longer says how many rows went
+        if held:
+            self._call("deleting a source", self._store.client.delete, collection_name=self.collection, filter=expr)
+        return held
 
     def move_sources(self, moves: dict[str, str]) -> int:
         """Put each source of ``moves`` in that collection without re-embedding (its rows are read and upserted)."""
