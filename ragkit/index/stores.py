@@ -18,7 +18,8 @@ from ``PGPASSWORD`` / ``~/.pgpass`` (PostgreSQL) or ``MILVUS_TOKEN`` (Milvus), n
 Usage::
 
     index = load_index("postgresql://ragkit@127.0.0.1:5432/ragkit", expected_embedder="all-MiniLM-L6-v2")
-    migrate(RagIndex.load(".ragkit/index"), open_store(url, embedder=local.embedder, dim=local.dim))
+    local = RagIndex.load(".ragkit/index")
+    migrate(local, open_store("milvus://127.0.0.1:19530", embedder=local.embedder, dim=local.dim))
 """
 
 from __future__ import annotations
