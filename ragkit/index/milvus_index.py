@@ -35,13 +35,10 @@ code talks to. URL: ``milvus://host:19530?collection=name`` (``milvus+https://``
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -50,13 +47,13 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, check_collection_name, is_haystack_filter, normalize_filters, to_haystack
+from ragkit.index.milvus_catalog import CATALOG, STORE_FORMAT, MilvusCatalogMixin, _reason, literal  # noqa: F401 (CATALOG, STORE_FORMAT: this module's API)
+from ragkit.index.store_chunks import StoreChunks
 from ragkit.index.store_files import SourceInfo
-from ragkit.index.versions import EmbedderMismatchError, IndexError_, IndexLockedError, IndexNotFoundError, StoreUnavailableError
+from ragkit.index.versions import EmbedderMismatchError, IndexError_, IndexNotFoundError, StoreUnavailableError
 
-STORE_FORMAT = 1
 EF_SEARCH = 200
 DEFAULT_COLLECTION_NAME = "ragkit_chunks"
-CATALOG = "ragkit_store"
 BM25_K1, BM25_B = 1.5, 0.75  # bm25s's, as the local index uses them
 TEXT, CONTENT, SPARSE = "bm25_text", "ragkit_content", "sparse"
 HIDDEN = {TEXT, CONTENT, "source_sha256", "source_chunks"}
@@ -66,7 +63,7 @@ HIDDEN = {TEXT, CONTENT, "source_sha256", "source_chunks"}
 CONNECTION_OPTIONS = {"dedicated": True, "grpc_options": {"grpc.use_local_subchannel_pool": 1, "grpc.keepalive_time_ms": 300_000}}
 
 
-class MilvusIndex:
+class MilvusIndex(MilvusCatalogMixin):
     def __init__(self, uri: str, collection: str = DEFAULT_COLLECTION_NAME, embedder: str = "all-MiniLM-L6-v2", dim: int = 384,
                  token: str | None = None, language: str = "english"):
         import re
@@ -143,37 +140,6 @@ class MilvusIndex:
                 except Exception as exc:
                     raise StoreUnavailableError(f"cannot reach Milvus at {self.location}: {_reason(exc)}") from None
             return self._own_client
-
-    def _catalog_row(self) -> dict | None:
-        client = self._client()
-        try:
-            if not client.has_collection(CATALOG):
-                return None
-            if not self._catalog_loaded:  # a restarted server holds collections released until loaded
-                client.load_collection(CATALOG)
-                self._catalog_loaded = True
-            rows = client.query(CATALOG, filter=f"name == {literal(self.collection)}", output_fields=["info"])
-        except Exception as exc:
-            raise StoreUnavailableError(f"cannot read Milvus at {self.location}: {_reason(exc)}") from None
-        return json.loads(rows[0]["info"]) if rows else None
-
-    def _save_catalog(self, **changes) -> None:
-        from pymilvus import DataType
-
-        client = self._client()
-        if not client.has_collection(CATALOG):
-            schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=256)
-            schema.add_field("info", DataType.VARCHAR, max_length=65_535)
-            schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants a vector field in every collection
-            client.create_collection(CATALOG, schema=schema, consistency_level="Strong")
-            params = client.prepare_index_params()
-            params.add_index(field_name="unused", index_type="FLAT", metric_type="L2")
-            client.create_index(CATALOG, params)
-            client.load_collection(CATALOG)
-        info = self._catalog_row() or {"embedder": self.embedder, "dim": self.dim, "store_format": STORE_FORMAT, "root": None, "descriptions": {}}
-        info.update(changes)
-        client.upsert(CATALOG, [{"name": self.collection, "info": json.dumps(info), "unused": [0.0, 0.0]}])
 
     def open(self) -> "MilvusIndex":
         """Connect, check (or record) which embedder wrote the collection."""
@@ -308,53 +274,6 @@ class MilvusIndex:
         return int(rows[0]["count(*)"]) if rows else 0
 
     # -- what the store holds besides chunks -------------------------------------------------------
-    @property
-    def root(self) -> str | None:
-        return (self._catalog_row() or {}).get("root")
-
-    def set_root(self, root: str) -> None:
-        self._save_catalog(root=root)
-
-    @property
-    def collections(self) -> dict[str, str]:
-        described = (self._catalog_row() or {}).get("descriptions", {})
-        return {name: described.get(name, "") for name in sorted(self.collection_counts())}
-
-    def set_description(self, name: str, description: str) -> None:
-        described = (self._catalog_row() or {}).get("descriptions", {})
-        self._save_catalog(descriptions={**described, name: description})
-
-    def prune_collections(self) -> list[str]:
-        described = (self._catalog_row() or {}).get("descriptions", {})
-        held = self.collection_counts()
-        gone = [name for name in described if name not in held]
-        if gone:
-            self._save_catalog(descriptions={k: v for k, v in described.items() if k in held})
-        return gone
-
-    @contextlib.contextmanager
-    def write_lock(self, timeout: float | None = None):
-        """A file lock named after the URL and collection (see the module docstring for its reach)."""
-        from filelock import FileLock, Timeout
-
-        from ragkit.index.versions import DEFAULT_LOCK_TIMEOUT_S
-        from ragkit.llm.models import cache_dir
-
-        folder = cache_dir() / "locks"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha256(f"{self.uri}|{self.collection}".encode()).hexdigest()[:24]
-        lock = FileLock(str(folder / f"milvus-{name}.lock"))
-        timeout = DEFAULT_LOCK_TIMEOUT_S if timeout is None else timeout
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise IndexLockedError(f"another ragkit run on this machine is writing the Milvus collection {self.collection!r}; "
-                                   f"waited {timeout:.0f} s (--lock-timeout to wait longer)") from None
-        try:
-            yield self
-        finally:
-            lock.release()
-
     # -- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._count()
@@ -453,8 +372,11 @@ class MilvusIndex:
         return counts
 
     @property
-    def chunks(self) -> "MilvusChunks":
-        return MilvusChunks(self)
+    def chunks(self) -> StoreChunks:
+        return StoreChunks(self)
+
+    def chunk_ids(self) -> list[str]:
+        return sorted(row["id"] for row in self._scan(["id"]))
 
     def term_weights(self, text: str) -> dict[str, float]:
         """IDF of ``text``'s terms in this store (the local index's ``log((N + 1) / (df + 0.5))``), document
@@ -472,44 +394,3 @@ class MilvusIndex:
 
     def terms(self, texts: list[str]) -> list[set[str]]:
         return [set(t) for t in self._tokenizer.tokens(texts)]
-
-
-class MilvusChunks(Mapping):
-    """The collection as ``{id: Document}`` (see :class:`~ragkit.index.pg_catalog.StoreChunks`)."""
-
-    def __init__(self, index: MilvusIndex):
-        self._index = index
-
-    def __getitem__(self, chunk_id: str) -> Document:
-        found = self._index.get([chunk_id])
-        if not found:
-            raise KeyError(chunk_id)
-        return found[0]
-
-    def __contains__(self, chunk_id) -> bool:
-        return isinstance(chunk_id, str) and bool(self._index.get([chunk_id]))
-
-    def __iter__(self):
-        return iter(sorted(row["id"] for row in self._index._scan(["id"])))
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def values(self):  # type: ignore[override]
-        ids = list(self)
-        for start in range(0, len(ids), 1000):
-            yield from self._index.get(ids[start:start + 1000])
-
-    def items(self):  # type: ignore[override]
-        return ((d.id, d) for d in self.values())
-
-
-def literal(value) -> str:
-    """A string (or list of strings) as a Milvus expression literal: JSON's quoting and escapes, with
-    non-ASCII characters as themselves (Milvus's parser has no ``\\u`` escape)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(getattr(exc, "message", None) or exc).split())
-    return text or type(exc).__name__

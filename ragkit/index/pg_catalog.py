@@ -1,6 +1,5 @@
 """What a PostgreSQL store holds besides chunks, for :class:`~ragkit.index.pgvector_index.PgvectorIndex`:
-which embedder wrote a table, its root folder and collection descriptions, one writer at a time,
-and the chunk table seen as the local index's ``chunks`` mapping.
+which embedder wrote a table, its root folder and collection descriptions, and one writer at a time.
 
 ``ragkit_store`` has one row per chunk table: embedder, dimension, ragkit's store format, the folder
 source names are relative to (``root``) and the collections' descriptions (``descriptions``, JSON).
@@ -16,11 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
-
-from haystack import Document
-
 from ragkit.index.filters import check_collection_name
+from ragkit.index.store_chunks import StoreChunks
 from ragkit.index.servers import redacted
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, IndexLockedError, IndexNotFoundError
 
@@ -41,42 +37,6 @@ def recorded_owner(connect, table: str) -> tuple[str, int] | None:
         exists = conn.execute("SELECT to_regclass('ragkit_store') IS NOT NULL").fetchone()[0]
         row = conn.execute("SELECT embedder, dim FROM ragkit_store WHERE table_name = %s", (table,)).fetchone() if exists else None
     return (row[0], int(row[1])) if row else None
-
-
-class StoreChunks(Mapping):
-    """The chunk table as ``{id: Document}`` (what ``RagIndex.chunks`` is): lookups by id, iteration over
-    every id, values fetched in pages. Iterating the values reads the whole table: fine for the corpora
-    a notebook prepares sentence vectors for, not something a search does."""
-
-    PAGE = 1000
-
-    def __init__(self, index):
-        self._index = index
-
-    def __getitem__(self, chunk_id: str) -> Document:
-        found = self._index.get([chunk_id])
-        if not found:
-            raise KeyError(chunk_id)
-        return found[0]
-
-    def __contains__(self, chunk_id) -> bool:
-        return isinstance(chunk_id, str) and bool(self._index.get([chunk_id]))
-
-    def __iter__(self) -> Iterator[str]:
-        with self._index._reader() as conn:
-            ids = [r[0] for r in conn.execute(f'SELECT id FROM "{self._index.table}" ORDER BY id').fetchall()]
-        return iter(ids)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def values(self):  # type: ignore[override]
-        ids = list(self)
-        for start in range(0, len(ids), self.PAGE):
-            yield from self._index.get(ids[start:start + self.PAGE])
-
-    def items(self):  # type: ignore[override]
-        return ((d.id, d) for d in self.values())
 
 
 class PostgresCatalogMixin:
@@ -158,6 +118,10 @@ class PostgresCatalogMixin:
     @property
     def chunks(self) -> StoreChunks:
         return StoreChunks(self)
+
+    def chunk_ids(self) -> list[str]:
+        with self._reader() as conn:
+            return [r[0] for r in conn.execute(f'SELECT id FROM "{self.table}" ORDER BY id').fetchall()]
 
     # -- one writer at a time ---------------------------------------------------------------------
     @contextlib.contextmanager

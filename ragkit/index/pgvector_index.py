@@ -52,7 +52,7 @@ from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, is_haystack_fi
 from ragkit.index.pg_bm25 import PostgresBM25Mixin
 from ragkit.index.pg_catalog import STORE_FORMAT, PostgresCatalogMixin, missing_table_error, recorded_owner  # noqa: F401 (STORE_FORMAT: part of this module's API)
 from ragkit.index.store_files import SourceInfo
-from ragkit.index.servers import redacted
+from ragkit.index.servers import redacted, without_password
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, StoreUnavailableError  # noqa: F401 (part of this module's API)
 
 EF_SEARCH = 200
@@ -138,8 +138,6 @@ class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
     def location(self) -> str:
         """The URL to open this index again, without its password (a saved or exported pipeline holds no
         secret: give it as ``PGPASSWORD`` or in ``~/.pgpass``), with ``?table=`` when not the default."""
-        from ragkit.index.stores import without_password
-
         parts = urlsplit(without_password(self.url))
         query = dict(parse_qsl(parts.query))
         if self.table != DEFAULT_TABLE:

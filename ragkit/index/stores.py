@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit, urlunsplit
 
+from ragkit.index.servers import without_password  # noqa: F401 (part of this module's API)
 from ragkit.index.versions import EmbedderMismatchError, IndexError_
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -39,14 +39,6 @@ MILVUS_SCHEMES = ("milvus://", "milvus+https://")
 
 def is_store_url(location: Any) -> bool:
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES + MILVUS_SCHEMES)
-
-
-def without_password(url: str) -> str:
-    """``url`` with its password taken out (kept: user, host, port, database, query)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@", 1)))
 
 
 def open_store(url: str, embedder: str | None = None, dim: int | None = None):
