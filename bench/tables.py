@@ -281,6 +281,13 @@ def summary_table() -> str:
                             + " / ".join(f"{stores[n]['mrr@10'][f'hybrid/{s}']:.3f} {s}" for s in names) for n in ("squad_dev", "new_wiki"))
         rows.append(f"| the same retrieval on {' and '.join({'pgvector': 'PostgreSQL + pgvector', 'milvus': 'Milvus'}[s] for s in names)} | {figures} | "
                     f"{stores['squad_dev']['questions']} questions a set, every paragraph one chunk | [docs/stores.md](docs/stores.md) |")
+    scale = load("scale.json")
+    if scale and "1000000" in scale and "local" in scale["1000000"]:
+        e = scale["1000000"]["local"]
+        servers = "; ".join(f"{b} {scale['100000'][b]['latency_ms']['hybrid']['p50']:.1f} ms at 100k" for b in ("pgvector", "milvus") if b in scale.get("100000", {}))
+        rows.append(f"| the index at scale | local hybrid search p50 {e['latency_ms']['hybrid']['p50']:.1f} ms at 1M chunks (dense recall@10 {e['dense_recall@10']:.2f}, "
+                    f"{e['hybrid_qps_4_clients']:g} q/s with 4 clients); {servers} | replicated real SQuAD vectors, query embedding excluded, 2 cores | "
+                    f"[docs/stores.md](docs/stores.md) |")
     quality = (load("answer_quality.json") or {}).get("sets", {}).get("squad_dev", {})
     if quality:
         figures = "; ".join(f"{m.split('-')[-1].upper()} F1 {c['plain']['f1']:.3f} plain / {c['full']['f1']:.3f} all features at {c['full']['p50_ratio_to_plain']:.2f}× p50"
