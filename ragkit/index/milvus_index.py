@@ -46,9 +46,9 @@ import numpy as np
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, check_collection_name, is_haystack_filter, normalize_filters, to_haystack
+from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, check_collection_name
 from ragkit.index.milvus_catalog import CATALOG, STORE_FORMAT, MilvusCatalogMixin, _reason, literal  # noqa: F401 (CATALOG, STORE_FORMAT: this module's API)
-from ragkit.index.store_chunks import StoreChunks
+from ragkit.index.store_chunks import ServerStoreMixin
 from ragkit.index.store_files import SourceInfo
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, IndexNotFoundError, StoreUnavailableError
 
@@ -63,7 +63,7 @@ HIDDEN = {TEXT, CONTENT, "source_sha256", "source_chunks"}
 CONNECTION_OPTIONS = {"dedicated": True, "grpc_options": {"grpc.use_local_subchannel_pool": 1, "grpc.keepalive_time_ms": 300_000}}
 
 
-class MilvusIndex(MilvusCatalogMixin):
+class MilvusIndex(ServerStoreMixin, MilvusCatalogMixin):
     def __init__(self, uri: str, collection: str = DEFAULT_COLLECTION_NAME, embedder: str = "all-MiniLM-L6-v2", dim: int = 384,
                  token: str | None = None, language: str = "english"):
         import re
@@ -83,6 +83,7 @@ class MilvusIndex(MilvusCatalogMixin):
         self._client_lock = threading.Lock()
         self._own_client: Any = None
         self._catalog_loaded = False
+        self._seen_collection = False
 
     # -- naming ----------------------------------------------------------------------------------
     @classmethod
@@ -183,7 +184,10 @@ class MilvusIndex(MilvusCatalogMixin):
             raise StoreUnavailableError(f"{what} failed on Milvus at {self.location}: {_reason(exc)}") from None
 
     def _exists(self) -> bool:
-        return self._call("looking up the collection", self.open()._store.client.has_collection, collection_name=self.collection)
+        """Whether the chunk collection exists yet (asked until it does: one round trip a query before the first write)."""
+        if not self._seen_collection:
+            self._seen_collection = self._call("looking up the collection", self.open()._store.client.has_collection, collection_name=self.collection)
+        return self._seen_collection
 
     def _query(self, what: str, expr: str, fields: list[str], limit: int | None = None) -> list[dict]:
         kwargs = {"collection_name": self.collection, "filter": expr, "output_fields": fields}
@@ -281,12 +285,6 @@ class MilvusIndex(MilvusCatalogMixin):
     def __bool__(self) -> bool:
         return bool(self._query("looking for a chunk", "", ["id"], limit=1))
 
-    def _filters(self, filters: dict | None) -> dict | None:
-        normalized = normalize_filters(filters)
-        if not normalized:
-            return None
-        return normalized if is_haystack_filter(normalized) else to_haystack(normalized)
-
     def _restored(self, doc: Document, score: float | None) -> Document:
         meta = {k: v for k, v in doc.meta.items() if k not in HIDDEN}
         return Document(id=doc.id, content=doc.meta.get(CONTENT, doc.content), meta=meta, score=score)
@@ -295,12 +293,9 @@ class MilvusIndex(MilvusCatalogMixin):
         """The ``top_k`` chunks nearest the query (cosine), among those ``filters`` admits."""
         if top_k <= 0:
             return []
-        query = np.asarray(query_embedding, dtype="float32").reshape(-1)
-        if query.shape[0] != self.dim:
-            raise EmbedderMismatchError(f"query embedding has {query.shape[0]} dimensions; the store holds {self.dim}-d vectors from {self.embedder}")
+        query = self._unit_query(query_embedding)
         self.open()
-        query = query / (float(np.linalg.norm(query)) or 1.0)
-        found = self._call("dense search", self._dense.run, query_embedding=query.tolist(), top_k=top_k, filters=self._filters(filters))["documents"]
+        found = self._call("dense search", self._dense.run, query_embedding=query, top_k=top_k, filters=self._haystack_filters(filters))["documents"]
         return [self._restored(d, 2.0 * d.score - 1.0 if d.score is not None else None) for d in found]  # back from (cos + 1) / 2
 
     def sparse_search(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]:
@@ -311,7 +306,7 @@ class MilvusIndex(MilvusCatalogMixin):
         if not words:
             return []
         self.open()
-        found = self._call("keyword search", self._sparse.run, query_text=" ".join(words), top_k=top_k, filters=self._filters(filters))["documents"]
+        found = self._call("keyword search", self._sparse.run, query_text=" ".join(words), top_k=top_k, filters=self._haystack_filters(filters))["documents"]
         # Milvus Lite reports BM25 as a negative distance (smaller is nearer), Milvus as a positive score: both are |score|
         return [self._restored(d, abs(d.score) / (BM25_K1 + 1.0)) for d in found if d.score]
 
@@ -327,21 +322,12 @@ class MilvusIndex(MilvusCatalogMixin):
         return [found[i] for i in wanted if i in found]
 
     def filter_ids(self, filters: dict | None) -> bool | None:
-        converted = self._filters(filters)
+        converted = self._haystack_filters(filters)
         if converted is None:
             return None
         from milvus_haystack.filters import parse_filters
 
         return bool(self._query("filtering", parse_filters(converted), ["id"], limit=1))
-
-    def check_filter_fields(self, filters: dict | None) -> None:
-        normalized = normalize_filters(filters)
-        if not normalized or is_haystack_filter(normalized):
-            return
-        known = self.meta_fields()
-        for key in normalized:
-            if key not in known:
-                raise FilterError(f"no chunk of this store has a metadata field {key!r}; fields it has: {', '.join(sorted(known))}")
 
     def meta_fields(self) -> set[str]:
         rows = self._query("reading metadata fields", "", ["*"], limit=2000)
@@ -364,16 +350,6 @@ class MilvusIndex(MilvusCatalogMixin):
             entry = seen.setdefault(row.get("source") or "", [row.get("source_sha256") or "", 0, row.get("collection") or DEFAULT_COLLECTION, row.get("source_chunks")])
             entry[1] += 1
         return {src: SourceInfo(sha256=sha if expected in (None, n) else "", chunks=n, collection=coll) for src, (sha, n, coll, expected) in seen.items()}
-
-    def collection_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for info in self.sources.values():
-            counts[info.collection] = counts.get(info.collection, 0) + info.chunks
-        return counts
-
-    @property
-    def chunks(self) -> StoreChunks:
-        return StoreChunks(self)
 
     def chunk_ids(self) -> list[str]:
         return sorted(row["id"] for row in self._scan(["id"]))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import time
 from ragkit.index.filters import check_collection_name
-from ragkit.index.store_chunks import StoreChunks
 from ragkit.index.servers import redacted
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, IndexLockedError, IndexNotFoundError
 
@@ -114,10 +113,6 @@ class PostgresCatalogMixin:
             rows = conn.execute(f"SELECT meta->%s, count(*) FROM \"{self.table}\" WHERE jsonb_typeof(meta->%s) IN ('string', 'number', 'boolean') "
                                 "GROUP BY 1", (field_name, field_name)).fetchall()
         return {value: n for value, n in rows}
-
-    @property
-    def chunks(self) -> StoreChunks:
-        return StoreChunks(self)
 
     def chunk_ids(self) -> list[str]:
         with self._reader() as conn:

@@ -48,9 +48,10 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 from haystack.utils import Secret
 
-from ragkit.index.filters import DEFAULT_COLLECTION, FilterError, is_haystack_filter, normalize_filters, to_haystack
+from ragkit.index.filters import DEFAULT_COLLECTION
 from ragkit.index.pg_bm25 import PostgresBM25Mixin
 from ragkit.index.pg_catalog import STORE_FORMAT, PostgresCatalogMixin, missing_table_error, recorded_owner  # noqa: F401 (STORE_FORMAT: part of this module's API)
+from ragkit.index.store_chunks import ServerStoreMixin
 from ragkit.index.store_files import SourceInfo
 from ragkit.index.servers import redacted, without_password
 from ragkit.index.versions import EmbedderMismatchError, IndexError_, StoreUnavailableError  # noqa: F401 (part of this module's API)
@@ -87,7 +88,7 @@ class _ExistingIndexFilter:
         return "already exists and won't be recreated" not in record.getMessage()
 
 
-class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
+class PgvectorIndex(ServerStoreMixin, PostgresCatalogMixin, PostgresBM25Mixin):
     def __init__(self, url: str, embedder: str = "all-MiniLM-L6-v2", dim: int = 384, table: str = DEFAULT_TABLE,
                  language: str = "english", hnsw: bool = True, sparse: str = "bm25"):
         if not url.startswith(("postgresql://", "postgres://")):
@@ -283,22 +284,13 @@ class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
         with self._reader() as conn:
             return conn.execute(f"SELECT EXISTS (SELECT 1 FROM {self.table})").fetchone()[0]
 
-    def _haystack_filters(self, filters: dict | None) -> dict | None:
-        normalized = normalize_filters(filters)
-        if not normalized:
-            return None
-        return normalized if is_haystack_filter(normalized) else to_haystack(normalized)
-
     def dense_search(self, query_embedding, top_k: int, filters: dict | None = None) -> list[Document]:
         """The ``top_k`` chunks nearest the query (cosine), among those ``filters`` admits."""
         if top_k <= 0:
             return []
-        query = np.asarray(query_embedding, dtype="float32").reshape(-1)
-        if query.shape[0] != self.dim:
-            raise EmbedderMismatchError(f"query embedding has {query.shape[0]} dimensions; the store holds {self.dim}-d vectors from {self.embedder}")
+        query = self._unit_query(query_embedding)
         self.open()
-        query = query / (float(np.linalg.norm(query)) or 1.0)
-        found = self._call("dense search", self._dense.run, query_embedding=query.tolist(), top_k=top_k, filters=self._haystack_filters(filters))["documents"]
+        found = self._call("dense search", self._dense.run, query_embedding=query, top_k=top_k, filters=self._haystack_filters(filters))["documents"]
         return [replace(d, embedding=None) for d in found]
 
     def sparse_search(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]:
@@ -328,15 +320,6 @@ class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
             return None
         return self.open()._store.count_documents_by_filter(converted) > 0
 
-    def check_filter_fields(self, filters: dict | None) -> None:
-        normalized = normalize_filters(filters)
-        if not normalized or is_haystack_filter(normalized):
-            return
-        known = self.meta_fields()
-        for key in normalized:
-            if key not in known:
-                raise FilterError(f"no chunk of this store has a metadata field {key!r}; fields it has: {', '.join(sorted(known))}")
-
     def meta_fields(self) -> set[str]:
         self.open()
         with self._reader() as conn:
@@ -356,9 +339,3 @@ class PgvectorIndex(PostgresCatalogMixin, PostgresBM25Mixin):
             ).fetchall()
         return {src or "": SourceInfo(sha256=(sha or "") if expected in (None, n) else "", chunks=n, collection=coll or DEFAULT_COLLECTION)
                 for src, sha, n, coll, expected in rows}
-
-    def collection_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for info in self.sources.values():
-            counts[info.collection] = counts.get(info.collection, 0) + info.chunks
-        return counts

@@ -1,15 +1,21 @@
-"""A server store's chunk table seen as the local index's ``chunks`` mapping (``{id: Document}``).
+"""What both server stores (PostgreSQL, Milvus) share above their own client code: the chunk table seen
+as the local index's ``chunks`` mapping (``{id: Document}``), ragkit's filters in Haystack's form, the
+check of a query vector, and the counts derived from the sources.
 
-Lookups go by id to the store, iteration over every id, values in pages. Iterating the values reads the
-whole store: fine for what a notebook prepares once (the reranker's sentence vectors), not something a
-search does.
+:class:`StoreChunks`: lookups go by id to the store, iteration over every id, values in pages.
+Iterating the values reads the whole store: fine for what a notebook prepares once (the reranker's
+sentence vectors), not something a search does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 from haystack import Document
+
+from ragkit.index.filters import FilterError, is_haystack_filter, normalize_filters, to_haystack
+from ragkit.index.versions import EmbedderMismatchError
 
 
 class StoreChunks(Mapping):
@@ -42,3 +48,40 @@ class StoreChunks(Mapping):
 
     def items(self):  # type: ignore[override]
         return ((d.id, d) for d in self.values())
+
+
+class ServerStoreMixin:
+    """Shared by :class:`~ragkit.index.pgvector_index.PgvectorIndex` and :class:`~ragkit.index.milvus_index.MilvusIndex`
+    (needs ``dim``, ``embedder``, ``get``, ``chunk_ids``, ``meta_fields``, ``sources`` and ``len``)."""
+
+    @property
+    def chunks(self) -> StoreChunks:
+        return StoreChunks(self)
+
+    def _haystack_filters(self, filters: dict | None) -> dict | None:
+        normalized = normalize_filters(filters)
+        if not normalized:
+            return None
+        return normalized if is_haystack_filter(normalized) else to_haystack(normalized)
+
+    def _unit_query(self, query_embedding) -> list[float]:
+        """The query vector, checked against the store's dimension and normalised (the stores hold unit vectors)."""
+        query = np.asarray(query_embedding, dtype="float32").reshape(-1)
+        if query.shape[0] != self.dim:
+            raise EmbedderMismatchError(f"query embedding has {query.shape[0]} dimensions; the store holds {self.dim}-d vectors from {self.embedder}")
+        return (query / (float(np.linalg.norm(query)) or 1.0)).tolist()
+
+    def check_filter_fields(self, filters: dict | None) -> None:
+        normalized = normalize_filters(filters)
+        if not normalized or is_haystack_filter(normalized):
+            return
+        known = self.meta_fields()
+        for key in normalized:
+            if key not in known:
+                raise FilterError(f"no chunk of this store has a metadata field {key!r}; fields it has: {', '.join(sorted(known))}")
+
+    def collection_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for info in self.sources.values():
+            counts[info.collection] = counts.get(info.collection, 0) + info.chunks
+        return counts
