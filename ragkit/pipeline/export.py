@@ -12,7 +12,9 @@ are always allowed) and with :func:`shared_generators`: the LLM steps of one loa
 one generator per distinct model, so the model loads once and llama.cpp's prompt cache is shared
 between the grader, the answer and the judge, as in the engine that exported it. Two pipelines
 loaded separately share nothing. ``run_exported`` asks it one question and reads the answer and
-sources the way the engine does.
+sources the way the engine does. A pipeline that holds an in-process llama.cpp model answers one
+question at a time (llama-cpp-python's ``Llama`` is not thread-safe; Hayhooks calls from a thread pool):
+concurrent questions wait their turn. Served behind ``ragkit serve --llm-server`` they run side by side.
 
 Usage::
 
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,7 @@ from haystack.marshal.yaml import YamlDumper
 from ragkit.config import RagConfig
 from ragkit.index.retrieval import check_query
 from ragkit.index.stores import is_store_url, without_password
-from ragkit.llm.faults import question_deadline
+from ragkit.llm.faults import is_llama_cpp, question_deadline
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.graph import build_pipeline
@@ -112,13 +116,35 @@ def ask_exported(
     features = Features.from_dict(pipe.metadata["ragkit"]["features"])
     question = check_query(question)
     deadline = float(os.environ.get("RAGKIT_DEADLINE_S") or pipe.metadata["ragkit"].get("deadline_s") or 0)
-    with RagkitTracer(listener=on_step).collect() as trace, question_deadline(deadline):
+    with _one_question_at_a_time(pipe), RagkitTracer(listener=on_step).collect() as trace, question_deadline(deadline):
         try:
             out = pipe.run(graph_inputs(pipe, question, history=history or None, scope=scope or None, streaming_callback=streaming_callback),
                            include_outputs_from=outputs_of(pipe))
         except Exception as exc:  # the graph broke: an explicit failed result, as AgenticRAG.ask gives
             return failed_result(question, trace, exc)
         return result_from_outputs(question, out, trace, features)
+
+
+_LOCKS_GUARD = threading.Lock()
+_LOCK_ATTRIBUTE = "_ragkit_question_lock"  # kept on the pipeline itself (a Pipeline is neither hashable nor weakly keyed)
+
+
+def _one_question_at_a_time(pipe: Pipeline) -> Any:
+    """A lock per pipeline that holds an in-process llama.cpp model (its model is not thread-safe); else no lock."""
+    with _LOCKS_GUARD:
+        if not hasattr(pipe, _LOCK_ATTRIBUTE):
+            setattr(pipe, _LOCK_ATTRIBUTE, threading.Lock() if _holds_in_process_llm(pipe) else nullcontext())
+        return getattr(pipe, _LOCK_ATTRIBUTE)
+
+
+def _holds_in_process_llm(pipe: Pipeline) -> bool:
+    for _, instance in pipe.walk():
+        if is_llama_cpp(instance) or is_llama_cpp(getattr(instance, "chat_generator", None)):
+            return True
+        inner = getattr(instance, "pipeline", None)  # a SuperComponent's pipeline
+        if isinstance(inner, Pipeline) and _holds_in_process_llm(inner):
+            return True
+    return False
 
 
 def run_exported(pipe: Pipeline, question: str) -> dict[str, Any]:

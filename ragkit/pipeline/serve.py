@@ -17,10 +17,16 @@ started with (stop it with that pid). Endpoints (Hayhooks'):
 
 Hayhooks' local tracing dashboard is turned off; nothing is sent anywhere.
 
+``--llm-server`` serves the LLM too: llama.cpp's ``llama-server`` with ``parallel`` slots starts first
+(:mod:`ragkit.llm.server`, stopped by the kernel when the Hayhooks process exits), and the pipeline's
+in-process generators are replaced by ``OpenAIChatGenerator`` on it, so concurrent users' questions
+run side by side instead of one at a time (an in-process model answers one question at a time).
+
 Usage::
 
     ragkit export --all-features -o pipeline.yaml
     ragkit serve pipeline.yaml --port 1416
+    ragkit serve pipeline.yaml --llm-server --parallel 4     # the LLM behind llama-server, 4 slots
     curl -s localhost:1416/v1/chat/completions -d '{"model": "ragkit", "messages": [{"role": "user", "content": "Where was Tesla born?"}]}'
     curl -sN localhost:1416/v1/chat/completions -d '{"model": "ragkit", "stream": true, "messages": [
         {"role": "user", "content": "Where was Nikola Tesla born?"}, {"role": "assistant", "content": "Smiljan [1]"},
@@ -114,11 +120,13 @@ def with_done_marker(make_app: Callable[[], Any]) -> Callable[[], Any]:
     return make
 
 
-def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416) -> int:
+def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416, llm_server: bool = False, parallel: int = 4) -> int:
     path = Path(pipeline_yaml).resolve()
     load_exported(path)  # fail here, with a clear error, rather than inside the server
     folder = Path(tempfile.mkdtemp(prefix="ragkit-hayhooks-")) / PIPELINE_NAME
     folder.mkdir()
+    if llm_server:
+        path = _with_served_llm(path, folder.parent, parallel)
     (folder / "pipeline_wrapper.py").write_text("from ragkit.pipeline.serve import PipelineWrapper  # noqa: F401\n", encoding="utf-8")
     env = {**os.environ, YAML_ENV: str(path)}
     # `python -m hayhooks` does nothing (its __main__ is empty): call the CLI its console script calls, its
@@ -130,3 +138,22 @@ def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416) 
     args = [sys.executable, "-c", launcher, "run", "--host", host, "--port", str(port), "--pipelines-dir", str(folder.parent), "--without-tracing"]
     os.execve(sys.executable, args, env)  # the server takes this process over: its pid is ours
     return 0  # pragma: no cover
+
+
+def _with_served_llm(path: Path, folder: Path, parallel: int) -> Path:
+    """Start llama-server for the pipeline's model; the pipeline, its generators on that server, written
+    into ``folder``. The server is this process's child and dies with it (the Hayhooks process, after execve)."""
+    import yaml
+
+    from ragkit.llm.server import in_process_models, served_pipeline, start_llama_server
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    models = sorted(in_process_models(data))
+    if len(models) != 1:
+        raise ValueError(f"--llm-server serves one in-process model; {path.name} has {len(models)}: {', '.join(models) or 'none'}")
+    server = start_llama_server(models[0], parallel=parallel, log_path=folder / "llama-server.log")
+    print(f"LLM {models[0]} served by llama-server (pid {server.pid}, {parallel} parallel slots) at {server.url}; log {server.log_path}",
+          file=sys.stderr, flush=True)
+    served = folder / f"{path.stem}.served.yaml"
+    served.write_text(yaml.safe_dump(served_pipeline(data, server.url), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return served

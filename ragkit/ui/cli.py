@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -243,7 +244,22 @@ def cmd_export(args, console) -> int:
 def cmd_serve(args, console) -> int:
     from ragkit.pipeline.serve import serve
 
-    return serve(args.pipeline_yaml, host=args.host, port=args.port)
+    return serve(args.pipeline_yaml, host=args.host, port=args.port, llm_server=args.llm_server, parallel=args.parallel)
+
+
+def cmd_llm_server(args, console) -> int:
+    """llama-server in the foreground (this process becomes it); the line to point ragkit at it first."""
+    from ragkit.llm.server import free_port, llama_server_command
+
+    config = _config(args)
+    model = args.llm or config.models.llm
+    port = args.port or free_port()
+    command = llama_server_command(model, port, parallel=args.parallel, n_ctx=config.models.n_ctx, threads=config.models.n_threads)
+    console.print(f"serving {model} on http://127.0.0.1:{port}/v1 with {args.parallel} parallel slots (Ctrl-C stops it); point ragkit at it with:")
+    console.print(f"  RAGKIT_LLM_BACKEND=openai RAGKIT_OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 RAGKIT_LLM={model}", soft_wrap=True, markup=False)
+    sys.stdout.flush()
+    os.execv(command[0], command)
+    return 0  # pragma: no cover
 
 
 def cmd_info(args, console) -> int:
@@ -334,7 +350,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline_yaml")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=1416)
+    p.add_argument("--llm-server", action="store_true", help="serve the LLM with llama.cpp's llama-server (parallel slots) instead of in-process")
+    p.add_argument("--parallel", type=int, default=4, help="with --llm-server: requests the LLM decodes side by side (default 4)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("llm-server", parents=[common], help="run the LLM alone behind llama.cpp's OpenAI-compatible server (foreground)")
+    p.add_argument("--llm", help="embedded model name or a .gguf path (default: the configured LLM)")
+    p.add_argument("--port", type=int, default=None, help="default: a free port")
+    p.add_argument("--parallel", type=int, default=4, help="requests decoded side by side (default 4)")
+    p.set_defaults(func=cmd_llm_server)
 
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)
@@ -362,13 +386,14 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.index.store import IndexError_
     from ragkit.index.ingest import IngestError
     from ragkit.llm.models import MissingModelError
+    from ragkit.llm.server import LlamaServerError
     from ragkit.index.retrieval import QueryError
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     try:
         return args.func(args, console)
-    except (IndexError_, IngestError, MissingModelError, QueryError, ValueError) as exc:
+    except (IndexError_, IngestError, LlamaServerError, MissingModelError, QueryError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {shown(exc)}")
         return 2
 

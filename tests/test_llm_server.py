@@ -1,0 +1,187 @@
+"""The LLM behind llama.cpp's server: finding and starting llama-server, the pipeline's generators pointed
+at it, `ragkit serve --llm-server`, and an in-process model answering one question at a time."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import stat
+import threading
+import time
+import urllib.request
+from contextlib import nullcontext
+
+import psutil
+import pytest
+import yaml
+from haystack import Pipeline
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.dataclasses import ChatMessage
+
+from served import ragkit_serve
+
+from ragkit.config import FAST_LLM, ModelConfig
+from ragkit.llm.generators import build_chat_generator
+from ragkit.llm.portable import PortableLlamaCppChatGenerator
+from ragkit.llm.server import (
+    LLAMA_SERVER_ENV, LlamaServerError, find_llama_server, in_process_models, llama_server_command, served_pipeline, start_llama_server,
+)
+from ragkit.pipeline.export import _one_question_at_a_time, export_yaml, load_exported
+from ragkit.pipeline.features import Features
+from ragkit.ui.cli import main
+
+
+def fake_binary(tmp_path, body: str):
+    path = tmp_path / "llama-server"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def chat_generators(data):
+    """Every serialized chat generator in a serialized pipeline, however deep."""
+    if isinstance(data, dict):
+        if str(data.get("type", "")).endswith("ChatGenerator"):
+            yield data
+        else:
+            for value in data.values():
+                yield from chat_generators(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from chat_generators(value)
+
+
+# -- without a model ---------------------------------------------------------------------------------------
+def test_the_served_pipeline_has_every_in_process_generator_on_the_server_with_the_same_settings(tmp_path, fast_config):
+    text = export_yaml(Features.all_on(), tmp_path / "index", fast_config)
+    data = yaml.safe_load(text)
+    assert in_process_models(data) == {FAST_LLM}
+    served = served_pipeline(data, "http://127.0.0.1:9/v1")
+    assert in_process_models(served) == set()
+    served_text = json.dumps(served)
+    assert "PortableLlamaCppChatGenerator" not in served_text
+    generators = list(chat_generators(served))
+    assert len(generators) >= 5 and all(g["type"].endswith("OpenAIChatGenerator") for g in generators)
+    for g in generators:
+        params = g["init_parameters"]
+        assert params["api_base_url"] == "http://127.0.0.1:9/v1" and params["model"] == FAST_LLM
+        assert params["generation_kwargs"]["max_tokens"] == fast_config.models.max_new_tokens
+        assert params["generation_kwargs"]["temperature"] == 0.0 and params["generation_kwargs"]["seed"] == 0
+    # everything else is as exported: the same components, the same connections, and it loads
+    assert served["components"].keys() == data["components"].keys() and served["connections"] == data["connections"]
+    assert load_exported(yaml.safe_dump(served)).metadata["ragkit"] == data["metadata"]["ragkit"]
+
+
+def test_llama_server_is_found_by_its_variable_and_a_missing_one_says_how_to_build_it(tmp_path, monkeypatch):
+    binary = fake_binary(tmp_path, "exit 0")
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(binary))
+    assert find_llama_server() == binary
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(LlamaServerError, match="not an executable"):
+        find_llama_server()
+    monkeypatch.delenv(LLAMA_SERVER_ENV)
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    with pytest.raises(LlamaServerError, match="make install"):
+        find_llama_server()
+
+
+def test_the_command_splits_the_context_between_the_slots_and_serves_the_model_under_its_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(fake_binary(tmp_path, "exit 0")))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    command = llama_server_command(str(gguf), 8123, parallel=4, n_ctx=2048, threads=2)
+    flags = {flag: command[i + 1] for i, flag in enumerate(command) if flag.startswith("--") and i + 1 < len(command) and not command[i + 1].startswith("--")}
+    assert flags["--parallel"] == "4" and flags["--ctx-size"] == "8192" and flags["--alias"] == str(gguf)
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123" and flags["--threads"] == "2"
+
+
+def test_a_server_that_exits_while_loading_is_a_clear_error_with_its_log(tmp_path, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(fake_binary(tmp_path, "echo 'error: unknown model architecture'; exit 3")))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(LlamaServerError, match=r"exited with status 3(.|\n)*unknown model architecture"):
+        start_llama_server(str(gguf), log_path=tmp_path / "server.log", timeout=20)
+
+
+def test_a_server_that_never_answers_is_stopped_and_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(fake_binary(tmp_path, "echo $$ > " + str(tmp_path / "pid") + "; exec sleep 60")))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(LlamaServerError, match="did not become ready"):
+        start_llama_server(str(gguf), timeout=2)
+    pid = int((tmp_path / "pid").read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_serving_the_llm_of_a_pipeline_without_an_in_process_model_is_refused(tmp_path, capsys):
+    yaml_path = tmp_path / "pipeline.yaml"
+    yaml_path.write_text(export_yaml(Features(), tmp_path / "index", chat_generator=MockChatGenerator()))
+    assert main(["serve", str(yaml_path), "--llm-server"]) == 2
+    assert "serves one in-process model" in capsys.readouterr().err
+
+
+def test_an_in_process_model_answers_one_question_at_a_time_a_served_one_does_not_wait():
+    def pipeline_with(generator):
+        from ragkit.components.query_rewriter import QueryRewriter
+
+        pipe = Pipeline()
+        pipe.add_component("rewrite", QueryRewriter(backend="llm", chat_generator=generator))
+        return pipe
+
+    local = pipeline_with(PortableLlamaCppChatGenerator(model=FAST_LLM))
+    lock = _one_question_at_a_time(local)
+    assert isinstance(lock, type(threading.Lock())) and _one_question_at_a_time(local) is lock
+    served = pipeline_with(build_chat_generator(ModelConfig(llm_backend="openai", llm=FAST_LLM, openai_base_url="http://127.0.0.1:9/v1")))
+    assert isinstance(_one_question_at_a_time(served), nullcontext)
+
+
+# -- the real llama-server, the real model -----------------------------------------------------------------
+@pytest.mark.integration
+@pytest.mark.llm
+def test_llama_server_decodes_as_the_in_process_model_and_serves_two_requests_at_once(tmp_path):
+    messages = [ChatMessage.from_user("Name the capital of France in one word.")]
+    local = PortableLlamaCppChatGenerator(model=FAST_LLM, generation_kwargs={"max_tokens": 16, "temperature": 0.0})
+    local.warm_up()
+    expected = local.run(messages)["replies"][0].text
+    del local
+    with start_llama_server(FAST_LLM, parallel=2, log_path=tmp_path / "llama-server.log") as server:
+        generator = build_chat_generator(ModelConfig(**{**server.model_config().__dict__, "max_new_tokens": 16}))
+        assert generator.run(messages)["replies"][0].text == expected  # greedy: the same llama.cpp, the same tokens
+        questions = [[ChatMessage.from_user(f"What is {a} plus {a}? Answer with a number.")] for a in (2, 3)]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda m: generator.run(m)["replies"][0].text, questions))
+        assert "4" in replies[0] and "6" in replies[1]
+        with urllib.request.urlopen(server.url.removesuffix("/v1") + "/slots", timeout=10) as reply:
+            assert len(json.loads(reply.read())) == 2  # two slots
+        pid = server.pid
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_ragkit_serve_with_the_llm_server_answers_and_its_llm_stops_with_it(sample_index_dir, fast_config, tmp_path):
+    yaml_path = tmp_path / "pipeline.yaml"
+    yaml_path.write_text(export_yaml(Features(answer_mode="free"), sample_index_dir, fast_config))
+    started: list = []
+    with ragkit_serve(yaml_path, tmp_path / "serve.log", env={**os.environ, "RAGKIT_DATA": str(tmp_path / "data")},
+                      extra_args=("--llm-server", "--parallel", "2"), started=started) as url:
+        hayhooks = psutil.Process(started[0].pid)
+        llm = [p for p in hayhooks.children() if p.name() == "llama-server"]
+        assert len(llm) == 1
+        body = {"model": "ragkit", "messages": [{"role": "user", "content": "Which team won Super Bowl 50?"}]}
+        request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            reply = json.loads(response.read())["choices"][0]["message"]["content"]
+        assert "Broncos" in reply and "[1] wikipedia/Super_Bowl_50.md" in reply
+        # the model is llama-server's: its weights are mapped there, not in the Hayhooks process
+        assert any(m.path.endswith(".gguf") for m in llm[0].memory_maps())
+        assert not any(m.path.endswith(".gguf") for m in hayhooks.memory_maps())
+        os.kill(started[0].pid, signal.SIGTERM)  # the server stopped by its pid alone: its llama-server goes with it
+        started[0].wait(30)
+        deadline = time.monotonic() + 15
+        while llm[0].is_running() and llm[0].status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not llm[0].is_running() or llm[0].status() == psutil.STATUS_ZOMBIE
