@@ -322,6 +322,14 @@ def summary_table() -> str:
     if times:
         rows.append(f"| notebooks, restart and run all | {len(times)} notebooks, slowest {max(times.values()):.0f} s (budget 180 s) | "
                     f"JupyterLab in Chromium, 2 cores, 0.5B | [docs/notebooks.md](docs/notebooks.md) |")
+    served = load("load.json")
+    if served and {"in_process", "llm_server"} <= set(served["backends"]):
+        top = {b: served["backends"][b]["levels"][-1] for b in ("in_process", "llm_server")}
+        users = top["llm_server"]["users"]
+        rows.append(f"| a served LLM under {users} concurrent users | llama-server ({served['parallel']} slots) {top['llm_server']['questions_per_minute']:g} questions/min, "
+                    f"first token p50 {top['llm_server']['ttft_p50_s']:.1f} s; in-process {top['in_process']['questions_per_minute']:g} questions/min, "
+                    f"{top['in_process']['ttft_p50_s']:.1f} s; same answers {_pct(served['same_answers']['identical'])} | "
+                    f"{served['model']}, plain RAG, Hayhooks streaming endpoint, 2 cores | [docs/serving.md](docs/serving.md) |")
     return "\n".join(rows)
 
 
@@ -458,10 +466,18 @@ def load_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def load_answers_table(d: dict) -> str:
+    a = d["same_answers"]
+    return "\n".join(["| questions, one at a time | identical answers, in-process vs llama-server | model, features |", "|---|---|---|",
+                      f"| {a['questions']} | {_pct(a['identical'])} ({a['questions'] - len(a['differing'])}/{a['questions']}) | {d['model']}, {d['features']} |"])
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
     if load("load.json"):
         out["load.json"] = load_table(load("load.json"))
+        if "same_answers" in load("load.json"):
+            out["load.json answers"] = load_answers_table(load("load.json"))
     if load("store_parity.json"):
         out["store_parity.json"] = store_parity_table(load("store_parity.json"))
         if "answers" in load("store_parity.json"):
