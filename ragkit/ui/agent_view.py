@@ -19,12 +19,12 @@ Usage::
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
 from ragkit.pipeline.mermaid import ROLE_STYLE
 from ragkit.ui.html import table_html
+from ragkit.ui.text_safety import html_text
 
 LABEL_CHARS = 48
 
@@ -57,8 +57,8 @@ def agent_steps(result: Any) -> list[dict[str, Any]]:
 
 def agent_steps_html(result: Any) -> str:
     """The steps as a table, then how the run ended and the confidence."""
-    exit_line = (f"<div style='margin-top:4px'>exit reason: <b>{html.escape(str(result.exit_reason))}</b> · "
-                 f"{result.trace.llm_calls} LLM calls · confidence {html.escape(result.symbol)} {result.confidence or 0:.2f}</div>")
+    exit_line = (f"<div style='margin-top:4px'>exit reason: <b>{html_text(str(result.exit_reason))}</b> · "
+                 f"{result.trace.llm_calls} LLM calls · confidence {html_text(result.symbol)} {result.confidence or 0:.2f}</div>")
     return table_html(agent_steps(result)) + exit_line
 
 

@@ -27,7 +27,6 @@ Usage (in Jupyter)::
 
 from __future__ import annotations
 
-import html
 import time
 import warnings
 from typing import Any, Iterable
@@ -39,6 +38,7 @@ from ragkit.conversation.session import ChatReply, ChatSession
 from ragkit.conversation.store import Exchange
 from ragkit.ui import plots
 from ragkit.ui.terminal import source_where
+from ragkit.ui.text_safety import html_text
 
 STREAM_EVERY_S = 0.05  # the streamed answer is redrawn at most this often
 SOURCES_SHOWN = 3
@@ -51,7 +51,7 @@ _DIM = "color:#666;font-size:0.9em"
 
 
 def _esc(text: Any) -> str:
-    return html.escape(str(text if text is not None else ""))
+    return html_text(str(text if text is not None else ""))
 
 
 def render_user(message: str) -> str:

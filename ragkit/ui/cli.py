@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ragkit.index.store import DEFAULT_INDEX_DIR
 from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
 from ragkit.ui.cli_common import index_location, shown
+from ragkit.ui.text_safety import visible
 from ragkit.ui.cli_eval import add_eval_commands
 
 
@@ -21,17 +23,15 @@ from ragkit.ui.cli_eval import add_eval_commands
 def cmd_index(args, console) -> int:
     """Index PATH; removals by --remove-missing are announced before the embedding starts (Ctrl-C
     then keeps the index as it was) and listed again when done; --dry-run changes nothing."""
-    from rich.markup import escape
-
     from ragkit.index.indexer import build_index
 
     def names(sources: list[str], most: int = 20) -> str:
-        listed = ", ".join(escape(s) for s in sources[:most])
+        listed = ", ".join(shown(s) for s in sources[:most])
         return listed + (f" … and {len(sources) - most} more" if len(sources) > most else "")
 
     def announce(plan) -> None:
         if plan.removed:
-            console.print(f"[yellow]removing {len(plan.removed)} source(s)[/] no longer found under {escape(str(args.path))}: {names(plan.removed)}")
+            console.print(f"[yellow]removing {len(plan.removed)} source(s)[/] no longer found under {shown(str(args.path))}: {names(plan.removed)}")
 
     config = _config(args)
     if args.to is not None or (args.path == "migrate" and not Path("migrate").exists()):
@@ -40,34 +40,34 @@ def cmd_index(args, console) -> int:
         args.path, index_location(args, config), config, rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
         dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce, collection=args.collection, description=args.description,
     )
-    into = f" into collection {escape(report.collection)}" if report.collection else ""
+    into = f" into collection {shown(report.collection)}" if report.collection else ""
     if report.dry_run:
         console.print(
             f"[bold]Dry run[/] (nothing written): would index {len(report.added)} file(s){into}, {len(report.unchanged)} unchanged, "
-            f"would remove {len(report.removed)} source(s); {escape(report.index_dir)} holds {report.total_chunks} chunks"
+            f"would remove {len(report.removed)} source(s); {shown(report.index_dir)} holds {report.total_chunks} chunks"
         )
         for source in report.added:
-            console.print(f"  would index {escape(source)}")
+            console.print(f"  would index {shown(source)}")
         for source in report.moved:
-            console.print(f"  would move {escape(source)}{into}")
+            console.print(f"  would move {shown(source)}{into}")
         if report.description_changed:
-            console.print(f"  would set the description of collection {escape(report.collection or 'default')}")
+            console.print(f"  would set the description of collection {shown(report.collection or 'default')}")
         for source in report.removed:
-            console.print(f"  [yellow]would remove[/] {escape(source)}")
+            console.print(f"  [yellow]would remove[/] {shown(source)}")
     else:
         console.print(
             f"[bold]Indexed[/] {len(report.added)} file(s) ({report.chunks_added} chunks){into}, "
             f"{len(report.unchanged)} unchanged, {len(report.removed)} removed → {report.total_chunks} chunks in "
-            f"{escape(report.index_dir)} ({report.seconds:.1f}s)"
+            f"{shown(report.index_dir)} ({report.seconds:.1f}s)"
         )
         if report.moved:
             console.print(f"moved {len(report.moved)} unchanged file(s){into} (not re-embedded): {names(report.moved)}")
         if report.description_changed:
-            console.print(f"description of collection {escape(report.collection or 'default')} set")
+            console.print(f"description of collection {shown(report.collection or 'default')} set")
         if report.removed:
             console.print(f"removed {len(report.removed)} source(s): {names(report.removed)}")
     for source, reason in report.skipped:
-        console.print(f"[yellow]skipped[/] {escape(source)}: {escape(reason)}")
+        console.print(f"[yellow]skipped[/] {shown(source)}: {shown(reason)}")
     return 0
 
 
@@ -255,8 +255,10 @@ def cmd_llm_server(args, console) -> int:
     model = args.llm or config.models.llm
     port = args.port or free_port()
     command = llama_server_command(model, port, parallel=args.parallel, n_ctx=config.models.n_ctx, threads=config.models.n_threads)
-    console.print(f"serving {model} on http://127.0.0.1:{port}/v1 with {args.parallel} parallel slots (Ctrl-C stops it); point ragkit at it with:")
-    console.print(f"  RAGKIT_LLM_BACKEND=openai RAGKIT_OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 RAGKIT_LLM={model}", soft_wrap=True, markup=False)
+    console.print(f"serving {shown(model)} on http://127.0.0.1:{port}/v1 with {args.parallel} parallel slots (Ctrl-C stops it); "
+                  "point ragkit at it with:")
+    for line in ("export RAGKIT_LLM_BACKEND=openai", f"export RAGKIT_OPENAI_BASE_URL=http://127.0.0.1:{port}/v1", f"export RAGKIT_LLM={shlex.quote(visible(model))}"):
+        console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
     sys.stdout.flush()
     os.execv(command[0], command)
     return 0  # pragma: no cover

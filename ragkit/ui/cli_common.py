@@ -1,15 +1,14 @@
 """What every ``ragkit`` command shares: the config its flags make, and one way to print user text.
 
-:func:`shown` is the one escaping function for terminal output: rich markup escaped, control characters
-(ANSI escape sequences included) shown as ``\\x1b`` rather than obeyed, so a file name or an answer
-cannot clear the screen or fake output.
+:func:`shown` is :func:`ragkit.ui.text_safety.terminal_text`, the escaping every command applies to user
+and document text: rich markup escaped, control characters and bidi overrides shown (``\\x1b``) rather
+than obeyed, so a file name or an answer cannot clear the screen or fake output.
 """
 
 from __future__ import annotations
 
-import unicodedata
-
 from ragkit.config import RagConfig
+from ragkit.ui.text_safety import terminal_text as shown  # noqa: F401  (the commands import it from here)
 
 
 def config_from_args(args) -> RagConfig:
@@ -35,10 +34,3 @@ def index_location(args, config: RagConfig) -> str:
     return config.store or args.index_dir
 
 
-def shown(value) -> str:
-    """A user- or document-derived string as terminal text: rich markup escaped ("[draft]" stays
-    visible, "[/]" cannot crash the display), control characters (ANSI escapes) shown, not obeyed."""
-    from rich.markup import escape
-
-    text = "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
-    return escape(text)

@@ -16,13 +16,13 @@ Usage::
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
 from ragkit.eval.compare import compare, label, pareto_front, quality_and_latency
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
+from ragkit.ui.text_safety import html_text
 
 MEASURES = ("recall@k", "mrr", "f1", "correct", "faithfulness", "context_relevance", "correct_decline", "false_decline")
 
@@ -59,7 +59,7 @@ def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
         test = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
         rows.append({"measure": measure, "n": e["n"], names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
                      "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
-    head = f"<p><b>{html.escape(names[1])} vs {html.escape(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
+    head = f"<p><b>{html_text(names[1])} vs {html_text(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
     return head + table_html(rows)
 
 
@@ -110,13 +110,13 @@ def flip_html(flip: dict[str, Any], names: tuple[str, str], index: Any = None) -
         for i, doc_id in enumerate(ids[:3], 1):
             doc = chunks.get(doc_id)
             text = " ".join(((doc.content if doc else "") or "").split())[:220]
-            items.append(f"<li>[{i}] {html.escape(str(doc.meta.get('source') if doc else doc_id))}: {html.escape(text)}…</li>")
+            items.append(f"<li>[{i}] {html_text(str(doc.meta.get('source') if doc else doc_id))}: {html_text(text)}…</li>")
         return "<ul>" + "".join(items) + "</ul>"
 
     verdict = lambda ok: "✔ right" if ok else "✘ wrong"  # noqa: E731
-    return (f"<p><b>{html.escape(flip['question'])}</b><br/>gold: {html.escape(' | '.join(flip.get('gold') or []) or '(decline)')}</p>"
-            f"<p>{html.escape(names[0])} ({verdict(flip['a_correct'])}): {html.escape(flip['a'])}</p>{sources(flip.get('a_sources'))}"
-            f"<p>{html.escape(names[1])} ({verdict(flip['b_correct'])}): {html.escape(flip['b'])}</p>{sources(flip.get('b_sources'))}")
+    return (f"<p><b>{html_text(flip['question'])}</b><br/>gold: {html_text(' | '.join(flip.get('gold') or []) or '(decline)')}</p>"
+            f"<p>{html_text(names[0])} ({verdict(flip['a_correct'])}): {html_text(flip['a'])}</p>{sources(flip.get('a_sources'))}"
+            f"<p>{html_text(names[1])} ({verdict(flip['b_correct'])}): {html_text(flip['b'])}</p>{sources(flip.get('b_sources'))}")
 
 
 class EvalLab:
@@ -159,7 +159,7 @@ class EvalLab:
         try:
             work()
         except Exception as exc:  # a click must say what went wrong, not leave a traceback in the log
-            self.status.value = f"<b style='color:#d1495b'>{html.escape(type(exc).__name__)}: {html.escape(str(exc)[:300])}</b>"
+            self.status.value = f"<b style='color:#d1495b'>{html_text(type(exc).__name__)}: {html_text(str(exc)[:300])}</b>"
 
     def _generator(self):
         if self._llm is None:
@@ -176,7 +176,7 @@ class EvalLab:
         from ragkit.index.stores import load_index
         from ragkit.llm.cache import llm_cache
 
-        self.status.value = f"indexing {html.escape(self.folder.value)} …"
+        self.status.value = f"indexing {html_text(self.folder.value)} …"
         build_index(self.folder.value, self.index_dir, self.config, progress=False)
         self.index = load_index(self.config.store or self.index_dir)
         self.progress.max, self.progress.value = n, 0
@@ -206,7 +206,7 @@ class EvalLab:
 
         self.runs = []
         for name in (a, b):
-            self.status.value = f"running {html.escape(name)} on {len(self.items)} questions …"
+            self.status.value = f"running {html_text(name)} on {len(self.items)} questions …"
             strategy = resolve(name)
             folder = self.runs_dir / testset_sha256(self.testset_path)[:12] / name  # a new test set, new runs
             evaluation = EvalRun.open(folder, strategy, self.config, self.testset_path, self.items, known_chunks=set(self.index.chunks),
@@ -214,7 +214,7 @@ class EvalLab:
             evaluation.execute(AgenticRAG(strategy.features, config=self.config, index=self.index, chat_generator=self._generator()), judge=self.judge, cache=self.cache)
             self.runs.append({"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]})
         self._show_runs()
-        self.status.value = f"done: {len(self.comparison['flipped'])} questions flipped between {html.escape(a)} and {html.escape(b)}"
+        self.status.value = f"done: {len(self.comparison['flipped'])} questions flipped between {html_text(a)} and {html_text(b)}"
         return self.comparison
 
     def _show_runs(self) -> None:

@@ -19,7 +19,6 @@ Usage::
 
 from __future__ import annotations
 
-import html
 from typing import Callable
 
 import ipywidgets as widgets
@@ -27,6 +26,7 @@ import ipywidgets as widgets
 from ragkit.config import RagConfig
 from ragkit.pipeline.features import Features
 from ragkit.pipeline.drawing import draw
+from ragkit.ui.text_safety import html_text
 
 
 class GraphView:
@@ -53,7 +53,7 @@ class GraphView:
             self.error = str(exc)
             self.output.clear_output(wait=True)
             with self.output:
-                display(HTML(f"<b style='color:#d1495b'>{html.escape(str(exc))}</b>"))
+                display(HTML(f"<b style='color:#d1495b'>{html_text(str(exc))}</b>"))
             return self.text
         self.text, self.error = text, ""
         self.output.clear_output(wait=True)

@@ -4,7 +4,6 @@ learner reads; :mod:`ragkit.ui.panel` puts them in widgets."""
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -13,6 +12,7 @@ from haystack import Document
 from ragkit.ui import plots
 from ragkit.pipeline.engine import AgenticResult
 from ragkit.pipeline.trace import Trace
+from ragkit.ui.text_safety import html_text
 
 _NUMBER = re.compile(r"^[<≈]?-?[\d,]+(\.\d+)?(\s?(ms|s|min \d+ s|%|/10))?$")
 _SHORT = 40  # columns whose values are all this short never wrap ("0 → 3", "sentence_vectors")
@@ -65,8 +65,8 @@ def table_html(rows: list[dict[str, Any]]) -> str:
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[format_value(row.get(c, "")) for c in columns] for row in rows]
     styles = [_column_style([r[j] for r in cells]) for j in range(len(columns))]
-    head = "".join(f"<th style='{_CELL};{style};white-space:nowrap'>{html.escape(str(c))}</th>" for c, style in zip(columns, styles))
-    body = "".join("<tr>" + "".join(f"<td style='{_CELL};{style}'>{html.escape(v)}</td>" for v, style in zip(r, styles)) + "</tr>" for r in cells)
+    head = "".join(f"<th style='{_CELL};{style};white-space:nowrap'>{html_text(str(c))}</th>" for c, style in zip(columns, styles))
+    body = "".join("<tr>" + "".join(f"<td style='{_CELL};{style}'>{html_text(v)}</td>" for v, style in zip(r, styles)) + "</tr>" for r in cells)
     return _table(head, body)
 
 
@@ -148,7 +148,7 @@ def setup_html(setup: dict[str, float]) -> str:
     if not setup:
         return ""
     work = ", ".join(f"{name} {plots.format_seconds(seconds)}" for name, seconds in setup.items())
-    return f"<span style='color:#666'>one-time setup: {html.escape(work)} — not part of the per-question latency</span>"
+    return f"<span style='color:#666'>one-time setup: {html_text(work)} — not part of the per-question latency</span>"
 
 
 def summary_html(result: AgenticResult) -> str:
@@ -158,25 +158,25 @@ def summary_html(result: AgenticResult) -> str:
         lacks = f" · sources lack the answer: {result.p_lacks_answer:.0%} sure" if result.p_lacks_answer is not None else ""
         headline = f"<b style='font-size:1.3em'>declined</b>{lacks}"
     elif result.confidence is not None:
-        headline = f"<b style='font-size:1.3em'>{html.escape(confidence_text(result.confidence, result.symbol))}</b> chance the answer is right"
+        headline = f"<b style='font-size:1.3em'>{html_text(confidence_text(result.confidence, result.symbol))}</b> chance the answer is right"
     else:
         headline = "no confidence (answered without sources)"
     parts = [
         headline,
-        f"<b style='color:#d1495b'>failed: {html.escape(', '.join(result.failed_steps))}</b>" if result.failed_steps else "",
-        f"route <b>{html.escape(result.route)}</b>" if result.route else "",
-        f"exit <b>{html.escape(result.exit_reason)}</b>" if result.exit_reason else "",
+        f"<b style='color:#d1495b'>failed: {html_text(', '.join(result.failed_steps))}</b>" if result.failed_steps else "",
+        f"route <b>{html_text(result.route)}</b>" if result.route else "",
+        f"exit <b>{html_text(result.exit_reason)}</b>" if result.exit_reason else "",
         f"{plots.format_seconds(plots.per_question_seconds(result))} per question",
         f"{t.llm_calls} LLM calls",
         f"{t.prompt_tokens_evaluated} prompt tokens evaluated ({t.prompt_tokens_reused} reused)",
-        f"fallbacks: {html.escape('; '.join(t.fallbacks))}" if t.fallbacks else "",
-        f"notes: {html.escape('; '.join(result.warnings))}" if result.warnings else "",
-        ("set aside as instructions to the model: " + html.escape(", ".join(str(q.get("source")) for q in result.details["quarantined"])))
+        f"fallbacks: {html_text('; '.join(t.fallbacks))}" if t.fallbacks else "",
+        f"notes: {html_text('; '.join(result.warnings))}" if result.warnings else "",
+        ("set aside as instructions to the model: " + html_text(", ".join(str(q.get("source")) for q in result.details["quarantined"])))
         if result.details.get("quarantined") else "",
     ]
     line = " · ".join(p for p in parts if p)
     if result.failed and result.error:  # the one line that says why there is no answer
-        line = f"<b style='color:#d1495b'>no answer: {html.escape(result.error)}</b><br>" + line
+        line = f"<b style='color:#d1495b'>no answer: {html_text(result.error)}</b><br>" + line
     if one_time:  # one-time work that ran inside this question (outside the panel): said, not counted
         line += "<br>" + setup_html(one_time)
     return line
@@ -225,16 +225,16 @@ def evidence_html(result: AgenticResult) -> str:
     how = "copied from" if result.answer_mode == "grounded" else "found verbatim in"
     return (
         f"<div style='font-size:0.95em;overflow-wrap:anywhere;border-left:3px solid #f2b134;padding-left:6px;margin:4px 0'>"
-        f"<span style='color:#666'>evidence, {how} source {e['source']} ({html.escape(str(doc.meta.get('source') or doc.meta.get('title') or doc.id))}):</span> "
-        f"{html.escape(text[e['sentence_start']:e['start']])}<mark style='background:#ffe08a'>{html.escape(text[e['start']:e['end']])}</mark>"
-        f"{html.escape(text[e['end']:e['sentence_end']])}</div>"
+        f"<span style='color:#666'>evidence, {how} source {e['source']} ({html_text(str(doc.meta.get('source') or doc.meta.get('title') or doc.id))}):</span> "
+        f"{html_text(text[e['sentence_start']:e['start']])}<mark style='background:#ffe08a'>{html_text(text[e['start']:e['end']])}</mark>"
+        f"{html_text(text[e['end']:e['sentence_end']])}</div>"
     )
 
 
 def result_html(result: AgenticResult) -> str:
     """The answer, its summary line, sources and trace as one HTML block."""
     return (
-        f"<div style='font-size:1.1em;overflow-wrap:anywhere'><b>Q:</b> {html.escape(result.question)}<br><b>A:</b> {html.escape(result.answer)}</div>"
+        f"<div style='font-size:1.1em;overflow-wrap:anywhere'><b>Q:</b> {html_text(result.question)}<br><b>A:</b> {html_text(result.answer)}</div>"
         f"{evidence_html(result)}<div>{summary_html(result)}</div><b>sources</b>{table_html(sources_rows(result))}<b>trace</b>{table_html(trace_rows(result.trace))}"
     )
 
@@ -249,12 +249,12 @@ _DIFFERS = "background:#fff4cc"
 
 
 def _doc_line(doc: dict[str, Any], note: str = "") -> str:
-    parts = [html.escape(str(doc.get("source") or "?")), f"<code>{html.escape(short_id(doc.get('id')))}</code>"]
+    parts = [html_text(str(doc.get("source") or "?")), f"<code>{html_text(short_id(doc.get('id')))}</code>"]
     if doc.get("score") is not None:
         parts.append(f"score {doc['score']:.3f}")
     if doc.get("grade") is not None:
         parts.append(f"grade {format_grade(doc['grade'])}")
-    return " · ".join(parts) + (f" <i>{html.escape(note)}</i>" if note else "")
+    return " · ".join(parts) + (f" <i>{html_text(note)}</i>" if note else "")
 
 
 def _lines(items: list[str]) -> str:
@@ -271,11 +271,11 @@ def _ab_cells(comparison: dict[str, Any], labels: tuple[str, str]) -> list[tuple
             continue  # merged into the confidence, sources and steps rows
         label = _AB_LABELS.get(key, key.replace("_", " "))
         if key == "confidence":
-            cells = tuple(html.escape(confidence_text(c, s)) for c, s in zip(value, symbols))
+            cells = tuple(html_text(confidence_text(c, s)) for c, s in zip(value, symbols))
         elif key == "latency_s":
-            cells = tuple(html.escape(plots.format_seconds(v)) for v in value)
+            cells = tuple(html_text(plots.format_seconds(v)) for v in value)
         elif key == "one_time_setup_s":
-            cells = tuple(html.escape(", ".join(f"{k} {plots.format_seconds(v)}" for k, v in side.items()) or "—") for side in value)
+            cells = tuple(html_text(", ".join(f"{k} {plots.format_seconds(v)}" for k, v in side.items()) or "—") for side in value)
         elif key == "dropped_by_grading":
             cells = tuple(_lines([_doc_line(d) for d in side]) for side in value)
         elif key == "sources_both":
@@ -287,11 +287,11 @@ def _ab_cells(comparison: dict[str, Any], labels: tuple[str, str]) -> list[tuple
             )
         elif key == "steps_only_a":
             label = _AB_LABELS["steps"]
-            cells = (html.escape(", ".join(value) or "—"), html.escape(", ".join(comparison.get("steps_only_b", [])) or "—"))
+            cells = (html_text(", ".join(value) or "—"), html_text(", ".join(comparison.get("steps_only_b", [])) or "—"))
         elif isinstance(value, tuple) and len(value) == 2:
-            cells = tuple(html.escape(format_value(v) if v not in ("", None) else "—") for v in value)
+            cells = tuple(html_text(format_value(v) if v not in ("", None) else "—") for v in value)
         else:
-            cells = (html.escape(format_value(value) or "—"), "")
+            cells = (html_text(format_value(value) or "—"), "")
         rows.append((label, *cells))
     return rows
 
@@ -301,13 +301,13 @@ def comparison_html(comparison: dict[str, Any], labels: tuple[str, str] = ("A", 
     units, "—" for nothing, sources by name and short id, grades out of 10, and the rows where A
     and B differ highlighted."""
     cell = f"{_CELL};text-align:left;overflow-wrap:anywhere"
-    head = "".join(f"<th style='{cell};white-space:nowrap'>{html.escape(str(h))}</th>" for h in ("", *labels))
+    head = "".join(f"<th style='{cell};white-space:nowrap'>{html_text(str(h))}</th>" for h in ("", *labels))
     body = ""
     for label, a, b in _ab_cells(comparison, labels):
         differs = a != b
         style = f"{cell};{_DIFFERS}" if differs else cell
-        body += f"<tr><th style='{style};white-space:nowrap;font-weight:600'>{html.escape(label)}</th><td style='{style}'>{a}</td><td style='{style}'>{b}</td></tr>"
-    note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'><span style='{_DIFFERS};padding:0 4px'>highlighted</span>: {html.escape(labels[0])} and {html.escape(labels[1])} differ · confidence {html.escape(plots.BANDS_CAPTION)} · grades out of 10</div>"
+        body += f"<tr><th style='{style};white-space:nowrap;font-weight:600'>{html_text(label)}</th><td style='{style}'>{a}</td><td style='{style}'>{b}</td></tr>"
+    note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'><span style='{_DIFFERS};padding:0 4px'>highlighted</span>: {html_text(labels[0])} and {html_text(labels[1])} differ · confidence {html_text(plots.BANDS_CAPTION)} · grades out of 10</div>"
     return _table(head, body) + note
 
 

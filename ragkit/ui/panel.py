@@ -18,7 +18,6 @@ Usage (in Jupyter)::
 from __future__ import annotations
 
 import dataclasses
-import html
 from typing import Any, Callable
 
 import ipywidgets as widgets
@@ -39,6 +38,7 @@ from ragkit.ui.html import (  # noqa: F401  (the notebooks import these from her
     short_id, sources_rows, summary_html, summary_table_html, table_html, trace_rows,
 )
 from ragkit.pipeline.trace import Step
+from ragkit.ui.text_safety import html_text
 
 
 class _Engine:
@@ -114,7 +114,7 @@ class ControlPanel:
     # -- widgets ---------------------------------------------------------------------------------
     def feature_box(self) -> widgets.Widget:
         group_layout = widgets.Layout(min_width="0", overflow="hidden", padding="0 4px 6px 0")
-        boxes = [widgets.VBox([widgets.HTML(f"<b>{html.escape(title)}</b>")] + [self.controls[n] for n in names], layout=group_layout) for title, names in GROUPS.items()]
+        boxes = [widgets.VBox([widgets.HTML(f"<b>{html_text(title)}</b>")] + [self.controls[n] for n in names], layout=group_layout) for title, names in GROUPS.items()]
         # as many >= 260 px columns as fit: 4 at 1920 px, 3 at ~900 px, 1 on a phone; never a scrollbar
         return widgets.GridBox(boxes, layout=widgets.Layout(grid_template_columns=f"repeat(auto-fill, minmax({GROUP_MIN_WIDTH}, 1fr))", grid_gap="4px 16px", width="100%"))
 
@@ -150,14 +150,14 @@ class ControlPanel:
         if span is not self._streaming_span:  # a new answer (first, or a correction): start over
             self._streaming_span = span
             self.answer.value = ""
-        self.answer.value += html.escape(getattr(chunk, "content", "") or "")
+        self.answer.value += html_text(getattr(chunk, "content", "") or "")
 
     def _on_step(self, event: str, step: Step) -> None:
         """The tracer's listener: the step now running, and the ones done with their times."""
         if event == "end":
             self._done.append(step)
-        done = " · ".join(f"{html.escape(s.name)} {plots.format_seconds(s.seconds)}" for s in self._done)
-        running = f"running <b>{html.escape(step.name)}</b>…" if event == "start" else "…"
+        done = " · ".join(f"{html_text(s.name)} {plots.format_seconds(s.seconds)}" for s in self._done)
+        running = f"running <b>{html_text(step.name)}</b>…" if event == "start" else "…"
         self.status.value = f"<span style='color:#555'>{running}{' · done: ' + done if done else ''}</span>"
 
     def _clear(self) -> None:
@@ -187,7 +187,7 @@ class ControlPanel:
             rag.tracer.listener = self._on_step
             result = rag.ask(question)
         except Exception as exc:  # bad question, bad settings, a failed model: say so in the panel
-            self.answer.value = f"<b style='color:#d1495b'>{html.escape(str(exc) or type(exc).__name__)}</b>"
+            self.answer.value = f"<b style='color:#d1495b'>{html_text(str(exc) or type(exc).__name__)}</b>"
             self.status.value = ""
             raise
         finally:
@@ -200,9 +200,9 @@ class ControlPanel:
 
     def show(self, result: AgenticResult) -> None:
         self.last_result = result
-        answer = html.escape(result.answer)
+        answer = html_text(result.answer)
         if result.declined and result.details.get("declined_answer"):
-            answer += f"<div style='color:#666;font-size:0.85em'>declined; the model's answer was: {html.escape(result.details['declined_answer'])}</div>"
+            answer += f"<div style='color:#666;font-size:0.85em'>declined; the model's answer was: {html_text(result.details['declined_answer'])}</div>"
         self.answer.value = f"<div style='font-size:1.1em;overflow-wrap:anywhere'>{answer}</div>{evidence_html(result)}"
         self.summary.value = summary_html(result)
         self.sources.value = table_html(sources_rows(result))

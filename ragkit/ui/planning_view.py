@@ -12,11 +12,11 @@ Usage::
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
+from ragkit.ui.text_safety import html_text
 
 CONFIG_ORDER = ("plain", "decompose", "multi_hop", "full", "agent", "agent_text")
 CONFIG_LABELS = {"agent": "agent (grammar)", "agent_text": "agent (text tool calls)"}
@@ -47,7 +47,7 @@ def hops_html(result: Any) -> str:
         "iteration": h.get("iteration"), "best evidence": _short(h.get("evidence")), check[1]: h.get(check[0], "—"),
         "bridge": h.get("bridge", "—") or "(none found)", "follow-up query": h.get("query", "—") or "—", "new chunks": h.get("new_documents", "—"),
     } for h in hop["hops"]]
-    return table_html(rows) + f"<div style='margin-top:4px'>exit reason: <b>{html.escape(str(hop['exit_reason']))}</b></div>"
+    return table_html(rows) + f"<div style='margin-top:4px'>exit reason: <b>{html_text(str(hop['exit_reason']))}</b></div>"
 
 
 def sql_html(result: Any) -> str:
@@ -58,7 +58,7 @@ def sql_html(result: Any) -> str:
     status = "ran" if sql.get("ok") else f"refused / failed: {sql.get('error')}"
     rows = sql.get("rows") or []
     shown = table_html([{f"column {i + 1}": v for i, v in enumerate(r)} for r in rows[:10]]) if rows else "<i>no rows</i>"
-    return (f"<div><code>{html.escape(str(sql.get('sql') or '—'))}</code> — {html.escape(status)}</div>" + shown)
+    return (f"<div><code>{html_text(str(sql.get('sql') or '—'))}</code> — {html_text(status)}</div>" + shown)
 
 
 def fallback_html(result: Any) -> str:
@@ -72,8 +72,8 @@ def fallback_html(result: Any) -> str:
              "after": ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (a.get("after") or {}).items()) or a.get("error", "—"),
              "result": a.get("result")} for a in fb.get("attempts", [])]
     table = table_html(rows) if rows else "<i>no strategy was needed</i>"
-    return (f"<div>first retrieval: {html.escape(head)} ({html.escape(str(fb.get('check')))} check)</div>" + table
-            + f"<div style='margin-top:4px'>exit reason: <b>{html.escape(str(fb.get('exit_reason')))}</b></div>")
+    return (f"<div>first retrieval: {html_text(head)} ({html_text(str(fb.get('check')))} check)</div>" + table
+            + f"<div style='margin-top:4px'>exit reason: <b>{html_text(str(fb.get('exit_reason')))}</b></div>")
 
 
 def planning_rows(data: dict[str, Any], section: str = "two_part") -> list[dict[str, Any]]:

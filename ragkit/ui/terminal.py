@@ -30,15 +30,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ragkit.pipeline.trace import Step, Trace
+from ragkit.ui.text_safety import visible
 
 NUMBERS = {"justify": "right", "no_wrap": True}
 
 
 def plain(value: Any) -> str:
     """User or document text with control characters shown, not obeyed (Text never parses markup)."""
-    import unicodedata
-
-    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+    return visible(value)
 
 
 def confidence_text(result) -> Text:
