@@ -58,6 +58,17 @@ class SourceInfo:
     collection: str = DEFAULT_COLLECTION  # every chunk of a source is in one collection
 
 
+def _folder_bytes(folder: Path) -> int:
+    try:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
 class IndexFilesMixin:
     """Persistence of :class:`~ragkit.index.store.RagIndex`, which inherits it: it reads and sets the
     index's chunk table, FAISS and bm25s indexes and manifest fields."""
@@ -69,32 +80,69 @@ class IndexFilesMixin:
         path = Path(path)
         self._refresh_sparse()
         with index_write_lock(path, lock_timeout):
-            folder = versions.new_version_dir(path)
+            self._writing = "a new version folder"
+            try:
+                folder = versions.new_version_dir(path)
+            except OSError as exc:
+                self._raise_write_error(exc, path, 0)
+                raise
             versions.fault_point("version folder created")
             try:
                 self._write_version(folder)
-            except BaseException:
+            except BaseException as exc:
+                written = _folder_bytes(folder)
                 shutil.rmtree(folder, ignore_errors=True)
+                self._raise_write_error(exc, path, written)
                 raise
             try:
                 versions.publish(path, folder)
-            except BaseException:
+            except BaseException as exc:
                 if versions.read_current(path) != folder:  # not live: unpublish it, manifest first
                     (folder / versions.MANIFEST).unlink(missing_ok=True)
                     shutil.rmtree(folder, ignore_errors=True)
+                    self._writing = "the pointer to the new version (CURRENT)"
+                    self._raise_write_error(exc, path, 0)
                 raise
             self.path = path
             versions.prune(path, keep=folder)
 
+    def _raise_write_error(self, exc: BaseException, path: Path, written: int) -> None:
+        """A full disk or an unwritable folder as one clear :class:`IndexWriteError` (the partial version
+        is already removed and nothing live changed); any other exception is left to the caller."""
+        if not isinstance(exc, OSError) or exc.errno not in versions.NO_SPACE + versions.NOT_WRITABLE:
+            return
+        if exc.errno in versions.NOT_WRITABLE:
+            raise versions.not_writable(path, exc) from None
+        free = shutil.disk_usage(path).free
+        needed = max(self._estimated_bytes(), written)
+        raise versions.IndexWriteError(
+            f"no space left on the device of {path} while writing {self._writing}: this version of the index needs about "
+            f"{_mb(needed)} ({_mb(written)} written when the disk filled; {_mb(free)} free now, and the previous version stays "
+            "until the new one is complete). The index is unchanged and the partial version was removed; free some space "
+            "(or use --index-dir on a larger disk) and run the same command again"
+        ) from None
+
+    def _estimated_bytes(self) -> int:
+        """About what :meth:`_write_version` writes: the chunk records, the vectors (HNSW adds its graph), the bm25s files."""
+        text = sum(len(d.content or "") for d in self.chunks.values()) + sum(len(d.content or "") for d in self.parents.values())
+        records = int(1.2 * text) + 300 * (len(self.chunks) + len(self.parents))
+        vectors = self._dense.ntotal * self.dim * 4 * (2 if "hnsw" in str(self.dense_index).lower() else 1)
+        return records + vectors + text // 2
+
     def _write_version(self, tmp: Path) -> None:
+        self._writing = "chunks.jsonl"
         write_jsonl(tmp / "chunks.jsonl", ({**doc_record(d), "faiss_id": self._faiss_id[d.id]} for d in self.chunks.values()))
         versions.fault_point("chunks.jsonl written")
+        self._writing = "parents.jsonl"
         write_jsonl(tmp / "parents.jsonl", (doc_record(d) for d in self.parents.values()))
         versions.fault_point("parents.jsonl written")
+        self._writing = "dense.faiss (the vectors)"
         faiss.write_index(self._dense, str(tmp / "dense.faiss"))
         versions.fault_point("dense.faiss written")
+        self._writing = "sparse/ (the bm25s keyword index)"
         self._sparse.save(tmp / "sparse")
         versions.fault_point("sparse written")
+        self._writing = "manifest.json"
         files = {rel: sha256(tmp / rel) for rel in _FILES}
         for extra in sorted((tmp / "sparse" / "bm25s").glob("*")) if (tmp / "sparse" / "bm25s").is_dir() else []:
             files[f"sparse/bm25s/{extra.name}"] = sha256(extra)

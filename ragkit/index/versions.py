@@ -31,6 +31,7 @@ rename and delete point of a save.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -79,6 +80,22 @@ class IndexLockedError(IndexError_):
     """Another process (another ``ragkit index`` run) held the index's write lock past the timeout."""
 
 
+class IndexWriteError(IndexError_):
+    """The index folder cannot be written (full disk, no permission, read-only file system); the message
+    says which and what to do. Raised before anything live changed: the index is as it was."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def not_writable(index_dir: Path, exc: OSError) -> IndexWriteError:
+    return IndexWriteError(
+        f"the index folder {index_dir} is not writable ({os.strerror(exc.errno)}: {exc.filename or index_dir}); "
+        "asking works on it as it is; to index, use a folder you can write (--index-dir) or ask its owner"
+    )
+
+
 _LOCKS: dict[str, FileLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -93,7 +110,12 @@ def index_write_lock(index_dir: str | Path, timeout: float | None = None) -> Ite
     after ``timeout`` seconds (default :data:`DEFAULT_LOCK_TIMEOUT_S`).
     """
     index_dir = Path(index_dir)
-    index_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        index_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in NOT_WRITABLE:
+            raise not_writable(index_dir, exc) from None
+        raise
     lock_path = str((index_dir / LOCK_FILE).resolve())
     with _LOCKS_GUARD:
         # one FileLock object per file and process: flock locks conflict between two descriptors
@@ -102,6 +124,10 @@ def index_write_lock(index_dir: str | Path, timeout: float | None = None) -> Ite
     wait = DEFAULT_LOCK_TIMEOUT_S if timeout is None else timeout
     try:
         lock.acquire(timeout=wait)
+    except OSError as exc:  # filelock opens the lock file for writing
+        if exc.errno in NOT_WRITABLE:
+            raise not_writable(index_dir, exc) from None
+        raise
     except Timeout:
         raise IndexLockedError(
             f"Another ragkit index run holds the write lock on {index_dir} ({lock_path}); waited {wait:g} s. "
