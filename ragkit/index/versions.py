@@ -124,15 +124,15 @@ def index_write_lock(index_dir: str | Path, timeout: float | None = None) -> Ite
     wait = DEFAULT_LOCK_TIMEOUT_S if timeout is None else timeout
     try:
         lock.acquire(timeout=wait)
-    except OSError as exc:  # filelock opens the lock file for writing
-        if exc.errno in NOT_WRITABLE:
-            raise not_writable(index_dir, exc) from None
-        raise
     except Timeout:
         raise IndexLockedError(
             f"Another ragkit index run holds the write lock on {index_dir} ({lock_path}); waited {wait:g} s. "
             "Let it finish and run again, or wait longer with --lock-timeout SECONDS."
         ) from None
+    except OSError as exc:  # (after Timeout, an OSError too) filelock opens the lock file for writing
+        if exc.errno in NOT_WRITABLE:
+            raise not_writable(index_dir, exc) from None
+        raise
     try:
         yield index_dir
     finally:

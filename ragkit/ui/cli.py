@@ -24,6 +24,7 @@ def cmd_index(args, console) -> int:
     """Index PATH; removals by --remove-missing are announced before the embedding starts (Ctrl-C
     then keeps the index as it was) and listed again when done; --dry-run changes nothing."""
     from ragkit.index.indexer import build_index
+    from ragkit.index.stores import is_store_url
 
     def names(sources: list[str], most: int = 20) -> str:
         listed = ", ".join(shown(s) for s in sources[:most])
@@ -36,10 +37,20 @@ def cmd_index(args, console) -> int:
     config = _config(args)
     if args.to is not None or (args.path == "migrate" and not Path("migrate").exists()):
         return _migrate(args, config, console)
-    report = build_index(
-        args.path, index_location(args, config), config, rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
-        dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce, collection=args.collection, description=args.description,
-    )
+    where = index_location(args, config)
+    live_before = _live_version(where)
+    try:
+        report = build_index(
+            args.path, where, config, rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
+            dry_run=args.dry_run, lock_timeout=args.lock_timeout, on_plan=announce, collection=args.collection, description=args.description,
+        )
+    except KeyboardInterrupt:
+        if is_store_url(where):
+            raise Interrupted("the files finished before it are in the store; run the same command again to continue "
+                              "(finished files are skipped, nothing is duplicated)") from None
+        if _live_version(where) == live_before:
+            raise Interrupted(f"the index at {where} is unchanged (nothing of this run was saved)") from None
+        raise Interrupted(f"the index at {where} was saved whole just before (this run's files are in it)") from None
     into = f" into collection {shown(report.collection)}" if report.collection else ""
     if report.dry_run:
         console.print(
@@ -216,6 +227,23 @@ def cmd_chat(args, console) -> int:
         features.follow_up_backend = args.follow_up_backend
     session = ChatSession(args.session, index_dir=args.index_dir, features=features.validate(), config=_config(args), path=args.sessions_file)
     return ChatLoop(session, console).run()
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what it left behind (printed after "interrupted: ")."""
+
+
+def _live_version(where: str) -> str | None:
+    from ragkit.index.stores import is_store_url
+    from ragkit.index.versions import live_dir
+
+    if is_store_url(where):
+        return None
+    try:
+        live = live_dir(where)
+    except (OSError, IndexError_):
+        return None
+    return str(live) if live else None
 
 
 def cmd_pipeline(args, console) -> int:
@@ -398,6 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     except (IndexError_, IngestError, LlamaServerError, MissingModelError, QueryError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {shown(exc)}")
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
+        said = f": {exc}" if isinstance(exc, Interrupted) else ""
+        Console(stderr=True, soft_wrap=True).print(f"interrupted{shown(said)}", highlight=False)
+        return 130
 
 
 if __name__ == "__main__":
