@@ -466,6 +466,16 @@ def load_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def refit_table(d: dict) -> str:
+    rows = ["| model | scored on | right | ECE shipped → refit | ROC AUC shipped → refit | mean confidence shipped → refit | fitted on |",
+            "|---|---|---|---|---|---|---|"]
+    for model, e in d["refit"].items():
+        g, b, a = e["scored_on"], e["scored_on"]["before"], e["scored_on"]["after"]
+        rows.append(f"| {model.removeprefix('qwen2.5-coder-')} | {g['what']} | {_pct(g['right'])} | {b['ece']:.3f} → {a['ece']:.3f} | "
+                    f"{b['auc']:.3f} → {a['auc']:.3f} | {b['mean_confidence']:.2f} → {a['mean_confidence']:.2f} | {e['fit_on']['what']} |")
+    return "\n".join(rows)
+
+
 def load_answers_table(d: dict) -> str:
     a = d["same_answers"]
     return "\n".join(["| questions, one at a time | identical answers, in-process vs llama-server | model, features |", "|---|---|---|",
@@ -518,6 +528,8 @@ def tables() -> dict[str, str]:
         out["answer_quality.json"] = answer_quality_table(quality)
     if quality and quality.get("retrieval"):
         out["answer_quality.json retrieval"] = retrieval_quality_table(quality)
+    if (load("calibration.json") or {}).get("refit"):
+        out["calibration.json refit"] = refit_table(load("calibration.json"))
     calibration = RESULTS / "calibration.md"
     if calibration.exists():
         out["calibration.json"] = calibration.read_text().strip()

@@ -48,6 +48,7 @@ from haystack.components.routers import ConditionalRouter
 from ragkit.components.ambiguity_check import AmbiguityCheck
 from ragkit.components.answer_mode import AnswerModeSelector
 from ragkit.components.collection_selector import CollectionSelector
+from ragkit.eval.refit import calibration_beside_index
 from ragkit.components.confidence import ConfidenceScorer
 from ragkit.components.document_grader import DocumentGrader
 from ragkit.components.evidence_selector import EvidenceSelector
@@ -283,7 +284,9 @@ class _GraphBuilder:
     # -- answer, check and correct, confidence ----------------------------------------------------
     def answer(self, context: str) -> None:
         f, pipe, models = self.f, self.pipe, self.config.models
-        self.add("confidence", ConfidenceScorer(floor=f.confidence_floor, model=models.llm))
+        # the index's own calibration (``ragkit calibrate``) when it has one, else the shipped one
+        own = calibration_beside_index(self.index_path or getattr(self.index, "path", None))
+        self.add("confidence", ConfidenceScorer(floor=f.confidence_floor, model=models.llm, calibration=own))
         pipe.connect("retrieve.signals", "confidence.signals")
         pipe.connect(context, "confidence.documents")
         # a grounded answer copies from one evidence sentence, chosen without an LLM (EvidenceSelector)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,59 @@ def cmd_strategies(args, console) -> int:
     return 0
 
 
+def cmd_calibrate(args, console) -> int:
+    """Refit the confidence on a test set of the user's documents; before/after on items the fit never saw."""
+    from dataclasses import replace
+
+    from ragkit.eval.refit import CALIBRATION_NAME, collect_rows, refit, save_beside_index
+    from ragkit.eval.testset import load_testset
+    from ragkit.llm.generators import build_chat_generator
+    from ragkit.pipeline.engine import AgenticRAG
+    from ragkit.pipeline.features import Features
+
+    config = config_from_args(args)
+    index = _index_for(args, console, config)
+    where = index_location(args, config)
+    if "://" in str(where):
+        raise ValueError("ragkit calibrate keeps its fit beside a local index folder; a store is not supported yet")
+    items, problems = load_testset(args.testset)
+    for problem in problems:
+        console.print(f"[yellow]skipped[/] {shown(args.testset)} {shown(problem)}")
+    features = replace(Features.all_on(), confidence_floor=0.0) if args.features == "all" else Features()
+    llm = build_chat_generator(config.models)
+    rag = AgenticRAG(features, config=config, index=index, chat_generator=llm)
+    rag.ask("Warm-up: what is this about?")  # loads the models; not scored
+    from tqdm import tqdm
+
+    with tqdm(total=sum(1 for it in items if it.answerable and it.answers), desc="asking", disable=args.quiet, file=sys.stderr) as bar:
+        rows = collect_rows(rag, items, progress=lambda done, total: bar.update(done - bar.n))
+    outcome = refit(rows, model=config.models.llm, agentic=features.grading or features.hallucination_check, folds=args.folds)
+    before, after = outcome["before"], outcome["after"]
+    console.print(f"{outcome['scored']} items scored ({outcome['answered']} answered, {outcome['right']:.0%} right; correct = F1 ≥ 0.5 "
+                  f"against the test set's answer); {outcome['folds']} folds by chunk, so 'after' is on items its fit never saw")
+    console.print(f"  {'':22} {'ECE':>6} {'ROC AUC':>8} {'mean conf.':>10} {'● right':>8}")
+    for name, entry in (("shipped fit (before)", before), ("refitted (after)", after)):
+        high = f"{entry['high_share_correct']:.0%}" if entry["high_share_correct"] is not None else "–"
+        console.print(f"  {name:22} {entry['ece']:6.3f} {entry['auc']:8.3f} {entry['mean_confidence']:10.2f} {high:>8}")
+    console.print("  reliability (confidence bin: items, right / mean confidence, before → after):")
+    for b0, b1 in zip(before["bins"], after["bins"]):
+        if b0["n"] or b1["n"]:
+            console.print(f"    {b0['low']:.1f}–{b0['high']:.1f}: {b0['n']:3} {_share(b0)}  →  {b1['n']:3} {_share(b1)}")
+    if args.output:
+        Path(args.output).write_text(json.dumps({k: v for k, v in outcome.items()}, indent=1) + "\n", encoding="utf-8")
+        console.print(f"wrote {shown(args.output)}")
+    if args.no_save:
+        console.print("not saved (--no-save): the shipped fit stays in use")
+    else:
+        path = save_beside_index(where, outcome["calibration"])
+        console.print(f"saved {shown(path)}: `ragkit ask` on this index now uses it (delete {CALIBRATION_NAME} to go back to the shipped fit)")
+    return 0
+
+
+def _share(b: dict) -> str:
+    return f"{b['correct']:.0%} / {b['confidence']:.2f}" if b["n"] else "   –      "
+
+
 def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     cache = argparse.ArgumentParser(add_help=False)
     cache.add_argument("--cache", help=f"LLM-reply cache file (default {default_cache_path()})")
@@ -261,6 +315,15 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--strategies", help="comma-separated strategy names, or 'toggles' for every combination of hyde/rerank/grading/routing")
     p.add_argument("--quality", default="correct", help="what to maximise (default correct)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("calibrate", parents=[common], help="refit the confidence on a test set of your documents; kept beside the index")
+    p.add_argument("--testset", required=True, help="JSONL or CSV test set (ragkit testset generate)")
+    p.add_argument("--features", choices=["plain", "all"], default="plain", help="the configuration whose confidence to refit (default plain)")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--no-save", action="store_true", help="measure only; keep the shipped fit")
+    p.add_argument("-o", "--output", help="write the before/after figures as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("strategies", help="list the named strategies, or add yours (a new version each time)")
     p.add_argument("action", choices=["list", "add"])
