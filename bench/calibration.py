@@ -236,8 +236,9 @@ def refit_on_generated(model: str, generated: int, scored: int, seed: int) -> di
     gold_rows = collect_rows(rag, gold)
 
     def on_gold(models: dict) -> dict:
-        pairs = [rescore_row({**r, "signals": r["signals"]}, models) for r in gold_rows]
-        return {**score([c for c, _ in pairs], [y for _, y in pairs]), "bins": reliability_bins([c for c, _ in pairs], [y for _, y in pairs])}
+        pairs = [rescore_row(r, models) for r in gold_rows]
+        return {**score([c for c, _ in pairs], [y for _, y in pairs]), "bins": reliability_bins([c for c, _ in pairs], [y for _, y in pairs]),
+                "pairs": [[round(c, 4), y] for c, y in pairs]}  # for the reliability diagram (notebook 09)
 
     from ragkit.eval.calibration import model_calibration
 

@@ -120,3 +120,15 @@ def test_rows_are_collected_for_answerable_items_with_their_chunk_as_group():
     assert [r["group"] for r in rows] == ["c1", "c2"]
     assert rows[0]["correct"] and not rows[1]["correct"] and rows[1]["declined"]
     assert "not_a_signal" not in rows[0]["signals"]
+
+
+def test_ragkit_calibrate_on_a_small_test_set_says_how_many_it_needs_before_asking_anything(sample_index_dir, tmp_path, capsys):
+    from ragkit.eval.testset import save_testset
+    from ragkit.ui.cli import main
+
+    testset = tmp_path / "set.jsonl"
+    save_testset([EvalItem(f"Question {i}?", ["answer"], chunks=[f"c{i}"]) for i in range(5)], testset)
+    assert main(["calibrate", "--testset", str(testset), "--index-dir", str(sample_index_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "5 answerable questions" in err and "at least 30" in err and "Traceback" not in err
+    assert not (sample_index_dir / CALIBRATION_NAME).exists()

@@ -112,7 +112,7 @@ def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int 
 
     def scored(confidences: list[float]) -> dict[str, Any]:
         picked_c, picked_y = [confidences[i] for i in kept], [correct[i] for i in kept]
-        return {**score(picked_c, picked_y), "bins": reliability_bins(picked_c, picked_y)}
+        return {**score(picked_c, picked_y), "bins": reliability_bins(picked_c, picked_y), "pairs": list(zip(picked_c, picked_y))}
 
     return {
         "model": model, "fit": fit_name, "shipped_fit_of": calibrated_as, "items": len(rows), "answered": len(answered), "scored": len(kept),

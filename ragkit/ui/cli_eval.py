@@ -227,7 +227,7 @@ def cmd_calibrate(args, console) -> int:
     """Refit the confidence on a test set of the user's documents; before/after on items the fit never saw."""
     from dataclasses import replace
 
-    from ragkit.eval.refit import CALIBRATION_NAME, collect_rows, refit, save_beside_index
+    from ragkit.eval.refit import CALIBRATION_NAME, MIN_ROWS, TooFewItemsError, collect_rows, refit, save_beside_index
     from ragkit.eval.testset import load_testset
     from ragkit.llm.generators import build_chat_generator
     from ragkit.pipeline.engine import AgenticRAG
@@ -241,6 +241,10 @@ def cmd_calibrate(args, console) -> int:
     items, problems = load_testset(args.testset)
     for problem in problems:
         console.print(f"[yellow]skipped[/] {shown(args.testset)} {shown(problem)}")
+    answerable = sum(1 for it in items if it.answerable and it.answers)
+    if answerable < MIN_ROWS:  # said before any question is asked
+        raise TooFewItemsError(f"{shown(args.testset)} has {answerable} answerable questions with an answer; a refit needs at least {MIN_ROWS} "
+                               "(ragkit testset generate DOCS --n 60 -o set.jsonl)")
     features = replace(Features.all_on(), confidence_floor=0.0) if args.features == "all" else Features()
     llm = build_chat_generator(config.models)
     rag = AgenticRAG(features, config=config, index=index, chat_generator=llm)

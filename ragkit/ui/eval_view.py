@@ -260,3 +260,31 @@ def agreement_html(data: dict[str, Any]) -> str:
              "generated items": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real questions": e["real_questions"]}
             for name, e in (data.get("sets") or {}).items()]
     return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
+
+
+# -- confidence on the user's text (ragkit calibrate) -----------------------------------------------------
+def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -> tuple[Any, str]:
+    """The before/after reliability diagram of ``ragkit calibrate``: refitted on ``items`` when they hold enough
+    answerable questions (out-of-fold, as the command reports it), else the committed measurement in
+    ``measured`` (``bench/calibration.py refit``: fitted on generated new_wiki questions, scored on gold ones).
+    Returns the figure and a sentence saying which it is."""
+    import json
+
+    from ragkit.eval.refit import MIN_ROWS, collect_rows, refit
+
+    answerable = [it for it in items if it.answerable and it.answers]
+    if len(answerable) >= MIN_ROWS:
+        outcome = refit(collect_rows(rag, answerable), model, agentic=False)
+        pairs = {"shipped fit": outcome["before"]["pairs"], "refitted on your test set": outcome["after"]["pairs"]}
+        caption = (f"Your test set: {outcome['scored']} questions, {outcome['right']:.0%} right; 'refitted' is out of fold (each question "
+                   f"scored by a fit that never saw its chunk). ECE {outcome['before']['ece']:.3f} → {outcome['after']['ece']:.3f}.")
+        return plots.reliability_diagram(pairs, title="confidence on your documents, before and after refitting"), caption
+    entry = ((json.loads(measured.read_text()) if measured.exists() else {}).get("refit") or {}).get(model)
+    if not entry:
+        return None, f"{len(answerable)} answerable questions here (a refit needs {MIN_ROWS}) and no committed measurement for {model}."
+    scored = entry["scored_on"]
+    pairs = {"shipped fit": [tuple(p) for p in scored["before"]["pairs"]], "refitted": [tuple(p) for p in scored["after"]["pairs"]]}
+    caption = (f"{len(answerable)} answerable questions here: a refit needs {MIN_ROWS}, so this is the committed measurement — fitted on "
+               f"{entry['fit_on']['what']}, scored on {scored['what']}. ECE {scored['before']['ece']:.3f} → {scored['after']['ece']:.3f}, "
+               f"ROC AUC {scored['before']['auc']:.3f} → {scored['after']['auc']:.3f}.")
+    return plots.reliability_diagram(pairs, title=f"confidence refitted on generated questions ({model})"), caption
