@@ -61,3 +61,29 @@ def test_the_store_is_one_config_line_or_one_variable(monkeypatch, tmp_path):
     assert without_password("postgresql://ragkit:s3cret@db:5432/ragkit?table=t") == "postgresql://ragkit@db:5432/ragkit?table=t"
     assert _location("postgresql://ragkit:s3cret@db/ragkit") == "postgresql://ragkit@db/ragkit"
     assert _location(tmp_path / "index") == str((tmp_path / "index").resolve())
+
+
+def test_weight_repacking_is_off_unless_asked_and_a_bad_flag_is_named(monkeypatch):
+    from ragkit.config import ModelConfig
+
+    assert ModelConfig().repack_weights is False
+    monkeypatch.setenv("RAGKIT_REPACK_WEIGHTS", "yes")
+    assert ModelConfig().repack_weights is True
+    monkeypatch.setenv("RAGKIT_REPACK_WEIGHTS", "maybe")
+    with pytest.raises(ValueError, match="RAGKIT_REPACK_WEIGHTS='maybe'"):
+        ModelConfig()
+
+
+def test_the_generator_keeps_its_repacking_setting_and_restores_llama_cpps_defaults_after_loading():
+    import llama_cpp.llama_cpp as low_level
+
+    from ragkit.llm.portable import PortableLlamaCppChatGenerator, model_params
+
+    generator = PortableLlamaCppChatGenerator(model="qwen2.5-coder-0.5b", repack_weights=True)
+    data = generator.to_dict()
+    assert data["init_parameters"]["repack_weights"] is True
+    assert PortableLlamaCppChatGenerator.from_dict(data).repack_weights is True
+    original = low_level.llama_model_default_params
+    with model_params(use_extra_bufts=False):
+        assert low_level.llama_model_default_params().use_extra_bufts is False
+    assert low_level.llama_model_default_params is original and original().use_extra_bufts is True

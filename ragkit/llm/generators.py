@@ -50,7 +50,7 @@ def build_chat_generator(models: ModelConfig, streaming_callback=None):
     check_gguf(models.llm)
     return PortableLlamaCppChatGenerator(
         model=models.llm, n_ctx=models.n_ctx, n_threads=models.n_threads, seed=models.seed,
-        generation_kwargs=generation_kwargs, streaming_callback=streaming_callback,
+        generation_kwargs=generation_kwargs, streaming_callback=streaming_callback, repack_weights=models.repack_weights,
     )
 
 

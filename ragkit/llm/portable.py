@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from haystack import component, default_from_dict, default_to_dict
 from haystack.utils import deserialize_callable, serialize_callable
@@ -27,6 +29,31 @@ from haystack_integrations.components.embedders.sentence_transformers import Sen
 from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
 
 from ragkit.llm.models import hub_offline, resolve_embedder, resolve_gguf
+
+
+_LOADING = threading.Lock()
+
+
+@contextmanager
+def model_params(**fields: Any) -> Iterator[None]:
+    """While a model loads, llama.cpp's default model parameters with ``fields`` set: llama-cpp-python's
+    ``Llama`` reads the defaults and has no argument for some of them (``use_extra_bufts``). One load at a time."""
+    import llama_cpp.llama_cpp as low_level
+
+    original = low_level.llama_model_default_params
+
+    def with_fields():
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    with _LOADING:
+        low_level.llama_model_default_params = with_fields
+        try:
+            yield
+        finally:
+            low_level.llama_model_default_params = original
 
 
 @component
@@ -39,7 +66,7 @@ class PortableLlamaCppChatGenerator(LlamaCppChatGenerator):
 
     def __init__(
         self, model: str, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None, seed: int = 0, flash_attn: bool = True,
-        generation_kwargs: dict[str, Any] | None = None, streaming_callback: Any = None,
+        generation_kwargs: dict[str, Any] | None = None, streaming_callback: Any = None, repack_weights: bool = False,
     ):
         # flash attention: +19% prompt tokens/s for the 0.5B on 2 cores (184 -> 219), same outputs
         # (the base class by name: @component rebuilds the class, which zero-argument super() cannot follow)
@@ -48,18 +75,23 @@ class PortableLlamaCppChatGenerator(LlamaCppChatGenerator):
             generation_kwargs={"seed": seed, **(generation_kwargs or {})}, streaming_callback=streaming_callback,
         )
         self.model_name, self.n_threads, self.seed, self.flash_attn = model, n_threads, seed, flash_attn
+        # llama.cpp's CPU backend copies the weights it can repack (Q4_K → interleaved rows) into anonymous
+        # memory while the mapped file stays resident too: +600 MB for the 1.5B. Off by default (measured in
+        # bench/results/memory.json: the same outputs, the peak ~0.6 GB lower); True restores llama.cpp's default.
+        self.repack_weights = repack_weights
 
     def warm_up(self) -> None:
         if self._model is None:
             self.model_path = str(resolve_gguf(self.model_name))
             self.model_kwargs.update(model_path=self.model_path, n_threads=self.n_threads or os.cpu_count() or 2)
-        LlamaCppChatGenerator.warm_up(self)
+            with model_params(use_extra_bufts=self.repack_weights):
+                LlamaCppChatGenerator.warm_up(self)
 
     def to_dict(self) -> dict[str, Any]:
         generation = {k: v for k, v in self.generation_kwargs.items() if k != "seed"}
         return default_to_dict(
             self, model=self.model_name, n_ctx=self.n_ctx, n_batch=self.n_batch, n_threads=self.n_threads, seed=self.seed,
-            flash_attn=self.flash_attn, generation_kwargs=copy.deepcopy(generation),
+            flash_attn=self.flash_attn, generation_kwargs=copy.deepcopy(generation), repack_weights=self.repack_weights,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
         )
 

@@ -139,6 +139,7 @@ def llama_server_command(
         "--parallel", str(parallel), "--ctx-size", str(n_ctx * parallel), "--cont-batching",
         "--threads", str(threads or os.cpu_count() or 1), "--seed", str(seed),
         "--flash-attn", "on" if flash_attn else "off", "--jinja", "--no-webui",
+        "--no-repack",  # as the in-process model (ragkit.llm.portable): no second copy of the weights
     ]
 
 

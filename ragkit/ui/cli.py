@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -14,9 +12,9 @@ import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Ha
 from ragkit.index.store import DEFAULT_INDEX_DIR
 from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
-from ragkit.ui.cli_common import index_location, shown
-from ragkit.ui.text_safety import visible
+from ragkit.ui.cli_common import Interrupted, index_location, live_version, shown
 from ragkit.ui.cli_eval import add_eval_commands
+from ragkit.ui.cli_serve import add_serve_commands
 
 
 
@@ -38,7 +36,7 @@ def cmd_index(args, console) -> int:
     if args.to is not None or (args.path == "migrate" and not Path("migrate").exists()):
         return _migrate(args, config, console)
     where = index_location(args, config)
-    live_before = _live_version(where)
+    live_before = live_version(where)
     try:
         report = build_index(
             args.path, where, config, rebuild=args.rebuild, remove_missing=args.remove_missing, progress=not args.quiet,
@@ -48,7 +46,7 @@ def cmd_index(args, console) -> int:
         if is_store_url(where):
             raise Interrupted("the files finished before it are in the store; run the same command again to continue "
                               "(finished files are skipped, nothing is duplicated)") from None
-        if _live_version(where) == live_before:
+        if live_version(where) == live_before:
             raise Interrupted(f"the index at {where} is unchanged (nothing of this run was saved)") from None
         raise Interrupted(f"the index at {where} was saved whole just before (this run's files are in it)") from None
     into = f" into collection {shown(report.collection)}" if report.collection else ""
@@ -229,23 +227,6 @@ def cmd_chat(args, console) -> int:
     return ChatLoop(session, console).run()
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with what it left behind (printed after "interrupted: ")."""
-
-
-def _live_version(where: str) -> str | None:
-    from ragkit.index.stores import is_store_url
-    from ragkit.index.versions import live_dir
-
-    if is_store_url(where):
-        return None
-    try:
-        live = live_dir(where)
-    except (OSError, IndexError_):
-        return None
-    return str(live) if live else None
-
-
 def cmd_pipeline(args, console) -> int:
     """The graph the given features compile to, as Mermaid text (drawn offline by JupyterLab, GitHub, mermaid-cli)."""
     from ragkit.pipeline.drawing import draw
@@ -267,29 +248,6 @@ def cmd_export(args, console) -> int:
     Path(args.output).write_text(text, encoding="utf-8")
     console.print(f"wrote {args.output} ({len(text.splitlines())} lines); run it with ragkit.pipeline.export.run_exported or serve it with `ragkit serve {args.output}`")
     return 0
-
-
-def cmd_serve(args, console) -> int:
-    from ragkit.pipeline.serve import serve
-
-    return serve(args.pipeline_yaml, host=args.host, port=args.port, llm_server=args.llm_server, parallel=args.parallel)
-
-
-def cmd_llm_server(args, console) -> int:
-    """llama-server in the foreground (this process becomes it); the line to point ragkit at it first."""
-    from ragkit.llm.server import free_port, llama_server_command
-
-    config = _config(args)
-    model = args.llm or config.models.llm
-    port = args.port or free_port()
-    command = llama_server_command(model, port, parallel=args.parallel, n_ctx=config.models.n_ctx, threads=config.models.n_threads)
-    console.print(f"serving {shown(model)} on http://127.0.0.1:{port}/v1 with {args.parallel} parallel slots (Ctrl-C stops it); "
-                  "point ragkit at it with:")
-    for line in ("export RAGKIT_LLM_BACKEND=openai", f"export RAGKIT_OPENAI_BASE_URL=http://127.0.0.1:{port}/v1", f"export RAGKIT_LLM={shlex.quote(visible(model))}"):
-        console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
-    sys.stdout.flush()
-    os.execv(command[0], command)
-    return 0  # pragma: no cover
 
 
 def cmd_info(args, console) -> int:
@@ -376,19 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="YAML file to write")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("serve", help="serve an exported pipeline YAML over HTTP with Hayhooks (OpenAI-compatible chat endpoint)")
-    p.add_argument("pipeline_yaml")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=1416)
-    p.add_argument("--llm-server", action="store_true", help="serve the LLM with llama.cpp's llama-server (parallel slots) instead of in-process")
-    p.add_argument("--parallel", type=int, default=4, help="with --llm-server: requests the LLM decodes side by side (default 4)")
-    p.set_defaults(func=cmd_serve)
-
-    p = sub.add_parser("llm-server", parents=[common], help="run the LLM alone behind llama.cpp's OpenAI-compatible server (foreground)")
-    p.add_argument("--llm", help="embedded model name or a .gguf path (default: the configured LLM)")
-    p.add_argument("--port", type=int, default=None, help="default: a free port")
-    p.add_argument("--parallel", type=int, default=4, help="requests decoded side by side (default 4)")
-    p.set_defaults(func=cmd_llm_server)
+    add_serve_commands(sub, common)  # serve, llm-server
 
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)

@@ -34,3 +34,18 @@ def index_location(args, config: RagConfig) -> str:
     return config.store or args.index_dir
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what it left behind (printed after "interrupted: ")."""
+
+
+def live_version(where: str) -> str | None:
+    from ragkit.index.stores import is_store_url
+    from ragkit.index.versions import IndexError_, live_dir
+
+    if is_store_url(where):
+        return None
+    try:
+        live = live_dir(where)
+    except (OSError, IndexError_):
+        return None
+    return str(live) if live else None
