@@ -254,17 +254,7 @@ def cmd_calibrate(args, console) -> int:
     with tqdm(total=sum(1 for it in items if it.answerable and it.answers), desc="asking", disable=args.quiet, file=sys.stderr) as bar:
         rows = collect_rows(rag, items, progress=lambda done, total: bar.update(done - bar.n))
     outcome = refit(rows, model=config.models.llm, agentic=features.grading or features.hallucination_check, folds=args.folds)
-    before, after = outcome["before"], outcome["after"]
-    console.print(f"{outcome['scored']} items scored ({outcome['answered']} answered, {outcome['right']:.0%} right; correct = F1 ≥ 0.5 "
-                  f"against the test set's answer); {outcome['folds']} folds by chunk, so 'after' is on items its fit never saw")
-    console.print(f"  {'':22} {'ECE':>6} {'ROC AUC':>8} {'mean conf.':>10} {'● right':>8}")
-    for name, entry in (("shipped fit (before)", before), ("refitted (after)", after)):
-        high = f"{entry['high_share_correct']:.0%}" if entry["high_share_correct"] is not None else "–"
-        console.print(f"  {name:22} {entry['ece']:6.3f} {entry['auc']:8.3f} {entry['mean_confidence']:10.2f} {high:>8}")
-    console.print("  reliability (confidence bin: items, right / mean confidence, before → after):")
-    for b0, b1 in zip(before["bins"], after["bins"]):
-        if b0["n"] or b1["n"]:
-            console.print(f"    {b0['low']:.1f}–{b0['high']:.1f}: {b0['n']:3} {_share(b0)}  →  {b1['n']:3} {_share(b1)}")
+    print_refit(console, outcome)
     if args.output:
         Path(args.output).write_text(json.dumps({k: v for k, v in outcome.items()}, indent=1) + "\n", encoding="utf-8")
         console.print(f"wrote {shown(args.output)}")
@@ -276,8 +266,23 @@ def cmd_calibrate(args, console) -> int:
     return 0
 
 
+def print_refit(console, outcome: dict) -> None:
+    """``ragkit calibrate``'s report: before/after figures and the reliability bins, narrow enough for 80 columns."""
+    before, after = outcome["before"], outcome["after"]
+    console.print(f"{outcome['scored']} items scored ({outcome['answered']} answered, {outcome['right']:.0%} right; correct = F1 ≥ 0.5 "
+                  f"against the test set's answer); {outcome['folds']} folds by chunk, so 'after' is on items its fit never saw")
+    console.print(f"  {'':22} {'ECE':>6} {'ROC AUC':>8} {'mean conf.':>10} {'● right':>8}")
+    for name, entry in (("shipped fit (before)", before), ("refitted (after)", after)):
+        high = f"{entry['high_share_correct']:.0%}" if entry["high_share_correct"] is not None else "–"
+        console.print(f"  {name:22} {entry['ece']:6.3f} {entry['auc']:8.3f} {entry['mean_confidence']:10.2f} {high:>8}")
+    console.print("  per confidence bin: items, share right, mean confidence; before → after")
+    for b0, b1 in zip(before["bins"], after["bins"]):
+        if b0["n"] or b1["n"]:
+            console.print(f"    {b0['low']:.1f}–{b0['high']:.1f}: {b0['n']:3} {_share(b0)}  →  {b1['n']:3} {_share(b1)}", highlight=False)
+
+
 def _share(b: dict) -> str:
-    return f"{b['correct']:.0%} / {b['confidence']:.2f}" if b["n"] else "   –      "
+    return f"{b['correct']:>4.0%} right, {b['confidence']:.2f}" if b["n"] else f"{'–':>4}" + " " * 12
 
 
 def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
