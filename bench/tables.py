@@ -466,6 +466,14 @@ def load_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def memory_table(d: dict) -> str:
+    rows = ["| llama.cpp weight repacking | peak RSS MB | anonymous / file-backed MB at the end | prompt s p50 | generated tokens/s p50 |", "|---|---|---|---|---|"]
+    for key, name in (("repack", "on (llama.cpp's default)"), ("no_repack", "off (ragkit's default)")):
+        p, v = d["peak"][key], d["speed"][key]
+        rows.append(f"| {name} | {p['peak_rss_mb']:,} | {p['anon_end_mb']:,} / {p['file_end_mb']:,} | {v['prompt_s_p50']:.2f} | {v['generated_tokens_per_s_p50']:.1f} |")
+    return "\n".join(rows)
+
+
 def refit_table(d: dict) -> str:
     rows = ["| model | scored on | right | ECE shipped → refit | ROC AUC shipped → refit | mean confidence shipped → refit | fitted on |",
             "|---|---|---|---|---|---|---|"]
@@ -528,6 +536,8 @@ def tables() -> dict[str, str]:
         out["answer_quality.json"] = answer_quality_table(quality)
     if quality and quality.get("retrieval"):
         out["answer_quality.json retrieval"] = retrieval_quality_table(quality)
+    if load("memory.json"):
+        out["memory.json"] = memory_table(load("memory.json"))
     if (load("calibration.json") or {}).get("refit"):
         out["calibration.json refit"] = refit_table(load("calibration.json"))
     calibration = RESULTS / "calibration.md"

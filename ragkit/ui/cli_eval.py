@@ -279,6 +279,9 @@ def print_refit(console, outcome: dict) -> None:
     for b0, b1 in zip(before["bins"], after["bins"]):
         if b0["n"] or b1["n"]:
             console.print(f"    {b0['low']:.1f}–{b0['high']:.1f}: {b0['n']:3} {_share(b0)}  →  {b1['n']:3} {_share(b1)}", highlight=False)
+    console.print("[yellow]caution:[/] generated questions are often easier than real ones (new_wiki: 75% right against 51% "
+                  "for real questions), and a refit learns their share right; check it on real questions if you have some "
+                  "(docs/confidence.md)")
 
 
 def _share(b: dict) -> str:
