@@ -286,5 +286,7 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
     pairs = {"shipped fit": [tuple(p) for p in scored["before"]["pairs"]], "refitted": [tuple(p) for p in scored["after"]["pairs"]]}
     caption = (f"{len(answerable)} answerable questions here: a refit needs {MIN_ROWS}, so this is the committed measurement — fitted on "
                f"{entry['fit_on']['what']}, scored on {scored['what']}. ECE {scored['before']['ece']:.3f} → {scored['after']['ece']:.3f}, "
-               f"ROC AUC {scored['before']['auc']:.3f} → {scored['after']['auc']:.3f}.")
+               f"ROC AUC {scored['before']['auc']:.3f} → {scored['after']['auc']:.3f}. The generated questions were easier "
+               f"({entry['fit_on']['right']:.0%} right against {scored['right']:.0%} for the real ones), so the refit overclaims "
+               "on real questions: a generated set measures itself; check a refit on real questions when you have some.")
     return plots.reliability_diagram(pairs, title=f"confidence refitted on generated questions ({model})"), caption
