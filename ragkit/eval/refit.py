@@ -30,8 +30,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -122,18 +120,11 @@ def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int 
 
 
 def save_beside_index(index_dir: str | Path, calibration: dict[str, Any]) -> Path:
-    """Write ``calibration`` as the index's own (atomically: a crash leaves the old file or the new one)."""
+    """Write ``calibration`` as the index's own (atomically and durably: a crash leaves the old file or the new one)."""
+    from ragkit.index.versions import write_file_durably
+
     path = Path(index_dir) / CALIBRATION_NAME
-    fd, tmp = tempfile.mkstemp(prefix=f".{CALIBRATION_NAME}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(calibration, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_file_durably(path, json.dumps(calibration, indent=1).encode("utf-8"), CALIBRATION_NAME)
     return path
 
 

@@ -36,7 +36,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.config import ModelConfig
+from ragkit.index.servers import free_port  # noqa: F401  (ragkit's one free-port helper; callers import it from here too)
 from ragkit.llm.models import cache_dir, resolve_gguf
 
 LLAMA_SERVER_ENV = "RAGKIT_LLAMA_SERVER"
@@ -76,12 +76,6 @@ def find_llama_server() -> Path:
         "llama-server (llama.cpp's OpenAI-compatible server) is not installed: `make install` builds it into "
         f"{cache_dir() / 'bin'}, or set {LLAMA_SERVER_ENV} to a llama-server binary"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
