@@ -38,7 +38,12 @@ def test_the_grammar_compiles_for_llama_cpp_and_offers_only_what_is_open():
     assert 'root ::= search | sql | answer' in grammar and '"answer()"' in grammar
     gbnf_grammar(grammar)  # llama.cpp parses it
     phrased = action_grammar([], phrases=[phrase_words("Where was Nikola Tesla born?")])
-    assert '"Nikola Tesla born"' in phrased and '"Tesla born"' in phrased and '"Where was"' not in phrased
+    assert '"Nikola Tesla born"' in phrased and '"Where was Nikola Tesla born"' in phrased and '"Where was"' not in phrased
+    # only the opening function words may be dropped: a search for a part keeps every content word
+    assert '"Tesla born"' not in phrased
+    gbnf_grammar(phrased)
+    spelling = action_grammar([], phrases=[phrase_words("What is the Mongolian spelling of Genghis Khan?")])
+    assert '"Mongolian spelling of Genghis Khan"' in spelling and '"Genghis Khan"' not in spelling
     gbnf_grammar(phrased)
     closed = action_grammar([], search=False)
     assert closed.splitlines()[0] == "root ::= answer" and "search ::=" not in closed
@@ -103,6 +108,36 @@ def test_a_repeated_search_is_not_run_again_and_the_coverage_line_says_what_is_o
         _RUN.reset(token)
     assert first.startswith("[1] (") and first.splitlines()[-1] == f"{UNCOVERED_PREFIX} part 2 (Where was Nikola Tesla born)."
     assert again.startswith("Already searched") and len(run.sources) == 2 and run.queries == ["who founded the yuan dynasty"]
+
+
+def test_a_part_searched_once_is_never_offered_again_even_while_the_coverage_calls_it_open():
+    from haystack.dataclasses import ToolCall
+
+    from ragkit.components.grammar_tool_calls import searched_part
+
+    assert searched_part("What field involves the study of the immune system?", ["study of the immune system"])
+    assert searched_part("Where was Tesla born?", ["where was Tesla born"]) and not searched_part("Where was Tesla born?", ["Tesla"])
+    # the 0.5B's loop on 200 two-part questions: a search for part 1 left "part 1, part 2" open (its
+    # sources did not cover part 1), the grammar offered part 1 again, and it searched it until the
+    # steps ran out. Now only part 2 is offered; once both were searched answer() needs no LLM call.
+    question = "What field involves the study of the immune system, and who stripped the ball from Cam Newton?"
+    first = ToolCall(tool_name="search", arguments={"query": "field involves the study of the immune system"}, id="c1")
+    open_both = f"{UNCOVERED_PREFIX} part 1 (What field involves the study of the immune system), part 2 (who stripped the ball from Cam Newton)."
+    messages = [ChatMessage.from_user(question), ChatMessage.from_assistant(tool_calls=[first]),
+                ChatMessage.from_tool(tool_result=f"[1] (Immune system) The immune system is a system.\n{open_both}", origin=first)]
+    llm, seen = scripted("search(Who stripped the ball from Cam Newton)")
+    step = GrammarToolCallGenerator(llm, constraint="validate")
+    from haystack.tools import Tool
+
+    search = Tool(name="search", description="s", parameters={"type": "object", "properties": {"query": {"type": "string"}}}, function=lambda query: "")
+    reply = step.run(messages=messages, tools=[search])["replies"][0]
+    assert reply.tool_calls[0].arguments == {"query": "Who stripped the ball from Cam Newton"}
+    refused = GrammarToolCallGenerator(scripted("search(field involves the study of the immune system)")[0], constraint="validate")
+    assert refused.run(messages=messages, tools=[search])["replies"][0].meta.get("tool_call_error")
+    second = ToolCall(tool_name="search", arguments={"query": "Who stripped the ball from Cam Newton"}, id="c2")
+    messages += [ChatMessage.from_assistant(tool_calls=[second]), ChatMessage.from_tool(tool_result=f"[2] (Panthers) Von Miller\n{open_both}", origin=second)]
+    done = step.run(messages=messages, tools=[search])["replies"][0]
+    assert done.text == "answer()" and done.meta["chosen_by"] == "nothing_open" and len(seen) == 1
 
 
 def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fast_config):

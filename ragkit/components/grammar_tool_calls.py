@@ -150,16 +150,36 @@ def trie_gbnf(words: list[str]) -> str:
     return " | ".join(alternatives)
 
 
+def phrase_starts(words: list[str]) -> range:
+    """Where a search for a part may start: at its first word, or later as long as only function words
+    ("What is the") are dropped. Allowed to drop content words too, the 0.5B searched "Genghis Khan" for
+    "What is the Mongolian spelling of Genghis Khan" and "immune system" for "What field involves the
+    study of the immune system" — too little to find the answer (4 of the 8 parts it lost to the
+    decomposed workflow on 200 two-part questions, bench/results/planning.json)."""
+    from ragkit.eval.metrics import content_words
+
+    first = next((i for i, w in enumerate(words) if content_words(w)), 0)
+    return range(min(first, max(len(words) - 2, 0)) + 1)
+
+
 def phrase_rules(phrases: list[list[str]]) -> list[str]:
-    """GBNF rules for ``phrase``: the last two or more words of one of ``phrases`` (the question parts
-    still open), so a search for a part is that part's own wording, its opening words droppable
-    ("western half of the colony"). The end is fixed: a 0.5B allowed to stop anywhere searched
-    "What is an example of" for a part about immunosuppressive drugs."""
+    """GBNF rules for ``phrase``: one of ``phrases`` (the question parts still open) in its own wording,
+    its opening function words droppable (:func:`phrase_starts`). The end is fixed: a 0.5B allowed to
+    stop anywhere searched "What is an example of" for a part about immunosuppressive drugs."""
     starts = []
     for words in phrases:
-        for i in range(len(words) - 1):
-            starts.append(gbnf_literal(" ".join(words[i:])))
+        for i in phrase_starts(words):
+            if len(words) - i >= 2:
+                starts.append(gbnf_literal(" ".join(words[i:])))
     return [f"phrase ::= {' | '.join(starts)}"] if starts else []
+
+
+def searched_part(part: str, queries: list[str]) -> bool:
+    """Whether one of ``queries`` (searches already run) was a search for ``part``: the end of its wording.
+    Such a part is not offered again, whatever the coverage says: offered it, the 0.5B searched the same
+    words until its steps ran out."""
+    words = " ".join(phrase_words(part)).lower()
+    return any(q and (words == q or words.endswith(" " + q)) for q in (" ".join(phrase_words(q)).lower() for q in queries))
 
 
 def action_grammar(words: list[str], sql: bool = False, question_words: Optional[list[str]] = None,
@@ -236,7 +256,7 @@ def read_conversation(messages: list[ChatMessage]) -> dict[str, Any]:
     """What an Agent's message list holds, for the next step's prompt: the instructions (system),
     the question (first user message), the numbered source lines (deduplicated, in order), the actions
     taken with what each found, and the last "still uncovered" line a tool sent."""
-    state: dict[str, Any] = {"system": None, "question": "", "sources": {}, "done": [], "uncovered": None}
+    state: dict[str, Any] = {"system": None, "question": "", "sources": {}, "done": [], "uncovered": None, "queries": []}
     calls: dict[str, str] = {}
     for message in messages:
         if message.is_from(ChatRole.SYSTEM) and state["system"] is None:
@@ -247,6 +267,8 @@ def read_conversation(messages: list[ChatMessage]) -> dict[str, Any]:
             for call in message.tool_calls:
                 argument = next(iter(call.arguments.values()), "") if call.arguments else ""
                 calls[call.id or ""] = f"{call.tool_name}({argument})"
+                if call.tool_name == "search":
+                    state["queries"].append(str(argument))
         elif message.is_from(ChatRole.TOOL):
             for result in message.tool_call_results:
                 found, other = [], []
@@ -337,6 +359,7 @@ class GrammarToolCallGenerator:
         open_parts = [int(i) for i in _OPEN_PART.findall(state["uncovered"] or "") if 0 < int(i) <= len(parts)]
         if len(parts) > 1 and not state["done"]:
             open_parts = list(range(1, len(parts) + 1))
+        open_parts = [i for i in open_parts if not searched_part(parts[i - 1], state["queries"])]
         phrases = [phrase_words(parts[i - 1]) for i in open_parts] if len(parts) > 1 else []
         source_texts = [state["sources"][n].split(") ", 1)[-1] for n in numbers]
         lead: list[str] = []
@@ -353,6 +376,8 @@ class GrammarToolCallGenerator:
         # line names a part or words no source holds. The small model, offered search, searches again
         # (the same words, measured on dev questions), so once nothing is open the choice is answer.
         can_search = "search" in kinds and (not state["done"] or (state["uncovered"] or "").startswith(UNCOVERED_PREFIX))
+        if len(parts) > 1 and not phrases:  # every open part was searched for already
+            can_search = False
         if not can_search:
             kinds.discard("search")
             allowed = []

@@ -155,10 +155,10 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
     """What is still open after the searches so far, for the agent's next step. A part of the question is
     open while its coverage by the best single source (:func:`ragkit.index.coverage.coverage`,
     IDF-weighted) is under ``threshold`` *and* no search has looked for it yet (a query holding at
-    least half of its content words): searched once, it is left to the answer, so the agent is never
+    least half of its content words, or the end of its wording): searched once, it is left to the answer, so the agent is never
     sent back to the same words. For a one-part question: its content words that no source contains,
     until :data:`ONE_PART_SEARCHES` searches were made."""
-    from ragkit.components.grammar_tool_calls import ALL_SEARCHED, UNCOVERED_PREFIX, WORDS_COVERED
+    from ragkit.components.grammar_tool_calls import ALL_SEARCHED, UNCOVERED_PREFIX, WORDS_COVERED, searched_part
     from ragkit.eval.metrics import content_words
     from ragkit.index.coverage import coverage, question_weights
 
@@ -169,7 +169,7 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
     if len(parts) > 1:
         def searched(part: str) -> bool:
             words = set(content_words(part))
-            return any(len(words & q) * 2 >= max(len(words), 1) for q in searched_words)
+            return searched_part(part, list(queries)) or any(len(words & q) * 2 >= max(len(words), 1) for q in searched_words)
 
         open_parts = [f"part {i} ({part.rstrip('?')})" for i, (part, c) in enumerate(zip(parts, covered), 1) if c < threshold and not searched(part)]
         return (f"{UNCOVERED_PREFIX} {', '.join(open_parts)}." if open_parts else ALL_SEARCHED), covered
