@@ -113,7 +113,7 @@ def test_a_repeated_search_is_not_run_again_and_the_coverage_line_says_what_is_o
 def test_a_part_searched_once_is_never_offered_again_even_while_the_coverage_calls_it_open():
     from haystack.dataclasses import ToolCall
 
-    from ragkit.components.grammar_tool_calls import searched_part
+    from ragkit.components.agent_search_words import searched_part
 
     assert searched_part("What field involves the study of the immune system?", ["study of the immune system"])
     assert searched_part("Where was Tesla born?", ["where was Tesla born"]) and not searched_part("Where was Tesla born?", ["Tesla"])

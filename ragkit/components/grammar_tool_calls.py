@@ -5,12 +5,12 @@ ran out of steps, answered without searching, echoed the tool schema or wrote ca
 read (``bench/results/planning.json`` before this step existed). Here each agent step is decoded
 under a grammar built for that step, so the reply can only be one of
 
-* ``search(words)`` — while a part of a multi-part question is open, that part's own wording (its
-  opening words may be dropped, its end may not); for a one-part question first its own words and
-  function words, then — searched once and still open — a name or figure the sources gave that the
-  question does not have (the bridge of a two-hop question), then the words still missing (each word
-  list a character trie in GBNF, so a long list stays cheap per token): a query cannot drift to an
-  invented entity;
+* ``search(words)`` — while a part of a multi-part question is open and not yet searched, that
+  part's own wording (its opening function words may be dropped, nothing else); for a one-part
+  question first its own words and function words, then — searched once and still open — a name or
+  figure the sources gave that the question does not have (the bridge of a two-hop question), then
+  the words still missing (each list a character trie in GBNF, so a long list stays
+  cheap per token): a query cannot drift to an invented entity, nor repeat itself;
 * ``sql(question)`` — when the agent has the SQL tool, in the question's words;
 * ``answer()`` — stop searching. The answer itself is written by ragkit's answer step, one grounded
   span per part of the question (:mod:`ragkit.pipeline.agent_answer`): asked to write
@@ -37,6 +37,9 @@ actions taken, what is still open, and the actions offered. The sources only gro
 llama.cpp reuses the system prompt and every source it has already read (traced as
 ``prompt_tokens_reused``).
 
+The words a search may use (a part's wording, a name from the sources, the words still missing) are
+built in :mod:`ragkit.components.agent_search_words`.
+
 Hand-written because Haystack's chat generators hand tools to the backend's own tool calling (none for
 a GGUF model through llama-cpp-python unless one tool is forced, which removes the choice) and nothing
 in Haystack builds a grammar from a tool list. The Agent remains the engine: this is its
@@ -52,31 +55,26 @@ Usage::
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections import defaultdict
 from typing import Any, Optional
 
 from haystack import component, default_from_dict, default_to_dict, tracing
 from haystack.dataclasses import ChatMessage, ChatRole, ToolCall
 from haystack.tools import flatten_tools_or_toolsets
 
+from ragkit.components.agent_search_words import (
+    FUNCTION_WORDS, MAX_QUERY_WORDS, phrase_rules, phrase_words, query_words, searched_part, source_names, trie_gbnf,
+)
 from ragkit.components.query_decomposer import split_by_rules
-from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal, generator_from_dict, generator_to_dict
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 CONSTRAINTS = ("auto", "validate")
-MAX_QUERY_WORDS = 12
-FUNCTION_WORDS = (
-    "a an the of in on at to for from by with and or is are was were be been who whom whose what when where which why how "
-    "did does do not first last many much most year born name called"
-).split()
 SOURCE_LINE = re.compile(r"^\[(\d+)\] ")
 UNCOVERED_PREFIX = "Not found in the sources yet:"
 ALL_SEARCHED = "Every part of the question has been searched."
 WORDS_COVERED = "The sources cover the question's words."
 STATUS_LINES = (UNCOVERED_PREFIX, ALL_SEARCHED, WORDS_COVERED)  # what the search tool says is open, last line
-_WORD_EDGE = "\"'.,;:!?()[]{}<>`*…"
 _ACTION = re.compile(r"^\s*(search|sql|answer)\((.*)\)\s*$", re.DOTALL)
 _OPEN_PART = re.compile(r"\bpart (\d+)")
 
@@ -94,92 +92,6 @@ Reply: search(Where was Nikola Tesla born)
 Reply: search(What did Thomas Edison invent)
 (the search finds sources [4] [5] [6]; every part has a source)
 Reply: answer()"""
-
-
-def query_words(*texts: str, limit: int = 3000) -> list[str]:
-    """The distinct words a search query may use: the texts' words (edge punctuation stripped, kept as
-    written) and the function words, at most ``limit``; in order of appearance."""
-    seen: dict[str, None] = {}
-    for text in texts:
-        for raw in (text or "").split():
-            word = raw.strip(_WORD_EDGE)
-            if word and not any(c in word for c in "()\n\\") and len(word) <= 40:
-                seen.setdefault(word, None)
-    for word in FUNCTION_WORDS:
-        seen.setdefault(word, None)
-    return list(seen)[:limit]
-
-
-def phrase_words(text: str) -> list[str]:
-    """``text``'s words in order, repeats kept, edge punctuation stripped ("colony?" → "colony")."""
-    return [w for w in (raw.strip(_WORD_EDGE) for raw in text.split()) if w and not any(c in w for c in "()\n\\")]
-
-
-def source_names(texts: list[str], exclude: str = "", limit: int = 400) -> list[str]:
-    """Words of ``texts`` that look like names or figures (capitalised, or with a digit) and are not
-    words of ``exclude`` (the question), in order of appearance: what a follow-up search can open with."""
-    known = {w.lower() for w in phrase_words(exclude)} | set(FUNCTION_WORDS)
-    out: dict[str, None] = {}
-    for word in query_words(*texts):
-        if word in FUNCTION_WORDS or word.lower() in known:
-            continue
-        if word[0].isupper() or any(c.isdigit() for c in word):
-            out.setdefault(word, None)
-    return list(out)[:limit]
-
-
-def trie_gbnf(words: list[str]) -> str:
-    """A GBNF expression matching exactly one of ``words``, as a character trie: at any point only the
-    next characters some word has are open, which keeps llama.cpp's grammar check per token small."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    ends_here = False
-    for word in dict.fromkeys(words):
-        if word:
-            groups[word[0]].append(word[1:])
-        else:
-            ends_here = True
-    alternatives = []
-    for first, rests in sorted(groups.items()):
-        if len(rests) == 1:
-            alternatives.append(gbnf_literal(first + rests[0]))
-            continue
-        shared = os.path.commonprefix(rests)
-        alternatives.append(f"{gbnf_literal(first + shared)} ({trie_gbnf([r[len(shared):] for r in rests])})")
-    if ends_here:
-        alternatives.append('""')
-    return " | ".join(alternatives)
-
-
-def phrase_starts(words: list[str]) -> range:
-    """Where a search for a part may start: at its first word, or later as long as only function words
-    ("What is the") are dropped. Allowed to drop content words too, the 0.5B searched "Genghis Khan" for
-    "What is the Mongolian spelling of Genghis Khan" and "immune system" for "What field involves the
-    study of the immune system" — too little to find the answer (4 of the 8 parts it lost to the
-    decomposed workflow on 200 two-part questions, bench/results/planning.json)."""
-    from ragkit.eval.metrics import content_words
-
-    first = next((i for i, w in enumerate(words) if content_words(w)), 0)
-    return range(min(first, max(len(words) - 2, 0)) + 1)
-
-
-def phrase_rules(phrases: list[list[str]]) -> list[str]:
-    """GBNF rules for ``phrase``: one of ``phrases`` (the question parts still open) in its own wording,
-    its opening function words droppable (:func:`phrase_starts`). The end is fixed: a 0.5B allowed to
-    stop anywhere searched "What is an example of" for a part about immunosuppressive drugs."""
-    starts = []
-    for words in phrases:
-        for i in phrase_starts(words):
-            if len(words) - i >= 2:
-                starts.append(gbnf_literal(" ".join(words[i:])))
-    return [f"phrase ::= {' | '.join(starts)}"] if starts else []
-
-
-def searched_part(part: str, queries: list[str]) -> bool:
-    """Whether one of ``queries`` (searches already run) was a search for ``part``: the end of its wording.
-    Such a part is not offered again, whatever the coverage says: offered it, the 0.5B searched the same
-    words until its steps ran out."""
-    words = " ".join(phrase_words(part)).lower()
-    return any(q and (words == q or words.endswith(" " + q)) for q in (" ".join(phrase_words(q)).lower() for q in queries))
 
 
 def action_grammar(words: list[str], sql: bool = False, question_words: Optional[list[str]] = None,

@@ -158,7 +158,8 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
     least half of its content words, or the end of its wording): searched once, it is left to the answer, so the agent is never
     sent back to the same words. For a one-part question: its content words that no source contains,
     until :data:`ONE_PART_SEARCHES` searches were made."""
-    from ragkit.components.grammar_tool_calls import ALL_SEARCHED, UNCOVERED_PREFIX, WORDS_COVERED, searched_part
+    from ragkit.components.agent_search_words import searched_part
+    from ragkit.components.grammar_tool_calls import ALL_SEARCHED, UNCOVERED_PREFIX, WORDS_COVERED
     from ragkit.eval.metrics import content_words
     from ragkit.index.coverage import coverage, question_weights
 
