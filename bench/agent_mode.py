@@ -34,7 +34,7 @@ command to ``commands/<set>/<model>/agent``.
 
 A check on two-part pairs the reported 200 do not hold (the next pairs of the same seeded draw):
 
-    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --sets two_part --skip 200 --questions 100 --baselines plain,decompose --out bench/results/agent_unseen_pairs.json
+    .venv/bin/python bench/agent_mode.py --model qwen2.5-coder-0.5b --sets two_part --skip 200 --questions 60 --baselines plain,decompose --out bench/results/agent_unseen_pairs.json
 """
 
 from __future__ import annotations

@@ -160,13 +160,13 @@ def planning_table(d: dict) -> str:
 AGENT_LABELS = {"agent": "agent (grammar)", "agent_text": "agent (text tool calls)"}
 
 
-def agent_table(d: dict) -> str:
+def agent_table(d: dict, sections: tuple = (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)"))) -> str:
     """bench/results/planning.json's agent rows: how the grammar-constrained agent used its tools, beside
-    the fixed workflow asked in the same run."""
+    the fixed workflow asked in the same run (agent_unseen_pairs.json: the same on other pairs)."""
     lines = ["| questions | model | agent | n | parts answered | same run: decompose / multi_hop | unreadable tool calls | no tool call | "
              "LLM calls median (mean) | p50 s | confidence ECE (n) | exit reasons | budget violations |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for section, section_label in (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)")):
+    for section, section_label in sections:
         for model, s in (d.get(section) or {}).items():
             for config in ("agent", "agent_text"):
                 r = s.get(config)
@@ -523,6 +523,8 @@ def tables() -> dict[str, str]:
     if load("planning.json"):
         out["planning.json"] = planning_table(load("planning.json"))
         out["planning.json agent"] = agent_table(load("planning.json"))
+    if load("agent_unseen_pairs.json"):
+        out["agent_unseen_pairs.json"] = agent_table(load("agent_unseen_pairs.json"), (("two_part", "two-part, pairs 201–260 (SQuAD dev)"),))
     for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
         if load(name):
             out[name] = fn(load(name))
