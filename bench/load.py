@@ -60,7 +60,7 @@ class Server:
     """``ragkit serve`` on a free port, stopped by its pid (SIGINT; its llama-server child dies with it)."""
 
     def __init__(self, yaml_path: Path, served: bool, parallel: int, log: Path):
-        from ragkit.llm.server import free_port
+        from ragkit.index.servers import free_port
 
         self.port = free_port()
         command = [RAGKIT, "serve", str(yaml_path), "--port", str(self.port)]

@@ -5,6 +5,7 @@ import json
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
+from haystack.tools import Tool
 
 from scripted_llm import scripted  # tests/scripted_llm.py
 
@@ -44,7 +45,6 @@ def test_the_grammar_compiles_for_llama_cpp_and_offers_only_what_is_open():
     gbnf_grammar(phrased)
     spelling = action_grammar([], phrases=[phrase_words("What is the Mongolian spelling of Genghis Khan?")])
     assert '"Mongolian spelling of Genghis Khan"' in spelling and '"Genghis Khan"' not in spelling
-    gbnf_grammar(phrased)
     closed = action_grammar([], search=False)
     assert closed.splitlines()[0] == "root ::= answer" and "search ::=" not in closed
     gbnf_grammar(closed)
@@ -127,8 +127,6 @@ def test_a_part_searched_once_is_never_offered_again_even_while_the_coverage_cal
                 ChatMessage.from_tool(tool_result=f"[1] (Immune system) The immune system is a system.\n{open_both}", origin=first)]
     llm, seen = scripted("search(Who stripped the ball from Cam Newton)")
     step = GrammarToolCallGenerator(llm, constraint="validate")
-    from haystack.tools import Tool
-
     search = Tool(name="search", description="s", parameters={"type": "object", "properties": {"query": {"type": "string"}}}, function=lambda query: "")
     reply = step.run(messages=messages, tools=[search])["replies"][0]
     assert reply.tool_calls[0].arguments == {"query": "Who stripped the ball from Cam Newton"}

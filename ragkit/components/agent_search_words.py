@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+from ragkit.eval.metrics import content_words
 from ragkit.llm.structured import gbnf_literal
 
 MAX_QUERY_WORDS = 12
@@ -88,8 +89,6 @@ def phrase_starts(words: list[str]) -> range:
     "What is the Mongolian spelling of Genghis Khan" and "immune system" for "What field involves the
     study of the immune system" — too little to find the answer (4 of the 8 parts it lost to the
     decomposed workflow on 200 two-part questions, bench/results/planning.json)."""
-    from ragkit.eval.metrics import content_words
-
     first = next((i for i, w in enumerate(words) if content_words(w)), 0)
     return range(min(first, max(len(words) - 2, 0)) + 1)
 
@@ -110,5 +109,6 @@ def searched_part(part: str, queries: list[str]) -> bool:
     """Whether one of ``queries`` (searches already run) was a search for ``part``: the end of its wording.
     Such a part is not offered again, whatever the coverage says: offered it, the 0.5B searched the same
     words until its steps ran out."""
-    words = " ".join(phrase_words(part)).lower()
-    return any(q and (words == q or words.endswith(" " + q)) for q in (" ".join(phrase_words(q)).lower() for q in queries))
+    wording = " ".join(phrase_words(part)).lower()
+    searched = (" ".join(phrase_words(query)).lower() for query in queries)
+    return any(s and (wording == s or wording.endswith(" " + s)) for s in searched)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.config import ModelConfig
-from ragkit.index.servers import free_port  # noqa: F401  (ragkit's one free-port helper; callers import it from here too)
+from ragkit.index.servers import free_port
 from ragkit.llm.models import cache_dir, resolve_gguf
 
 LLAMA_SERVER_ENV = "RAGKIT_LLAMA_SERVER"

@@ -22,7 +22,8 @@ def cmd_serve(args, console) -> int:
 
 def cmd_llm_server(args, console) -> int:
     """llama-server in the foreground (this process becomes it); the line to point ragkit at it first."""
-    from ragkit.llm.server import free_port, llama_server_command
+    from ragkit.index.servers import free_port
+    from ragkit.llm.server import llama_server_command
 
     config = _config(args)
     model = args.llm or config.models.llm
