@@ -91,7 +91,7 @@ def planning_rows(data: dict[str, Any], section: str = "two_part") -> list[dict[
 
 def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | None = None):
     """Share of parts answered per configuration (one group of bars per model), labelled."""
-    fig = plots.new_figure((7, 3))
+    fig = plots.new_figure((7, 3.6))
     ax = fig.subplots()
     models = list((data.get(section) or {}).keys())
     configs = [c for c in CONFIG_ORDER if any(isinstance(data[section][m].get(c), dict) for m in models)]
@@ -112,9 +112,11 @@ def planning_bars(data: dict[str, Any], section: str = "two_part", title: str | 
         bars = ax.bar(xs, ys, width=width * 0.95, label=CONFIG_LABELS.get(config, config))
         ax.bar_label(bars, labels=[f"{y:.1%}" for y in ys], fontsize=8, padding=1)
     ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(models))], [m.replace("qwen2.5-coder-", "") for m in models])
+    ax.set_xlim(-width, len(models) - 1 + width * len(configs))  # the "not run" slots too (text does not widen the axes)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("parts answered (F1 ≥ 0.5)")
     ax.set_title(title or {"two_part": "two-part questions (SQuAD dev)", "bridge": "bridge questions (sample_docs)"}.get(section, section))
-    ax.legend(fontsize=8, loc="upper left", ncol=len(configs), frameon=False)
+    # below the axes, three a row: six labels in one row ran past the axes at 1280 px
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(configs), 3), frameon=False)
     fig.tight_layout()
     return fig
