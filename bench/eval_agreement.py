@@ -1,19 +1,25 @@
 """Does a generated test set rank strategies the way real questions do? (issue 29's acceptance figure)
 
-For a SQuAD set (``squad_dev`` or ``new_wiki``): a seeded sample of paragraphs is indexed (one chunk
-each); ``ragkit.eval.generate`` writes a test set from those paragraphs with the local LLM; the real
-SQuAD questions of the same paragraphs are a second test set. Every strategy runs on both (ordinary,
+For a SQuAD set (``squad_dev`` or ``new_wiki``): every paragraph of the set is indexed (one chunk each —
+a user's folder holds far more chunks than any test set asks about, and with only the sampled
+paragraphs indexed every retriever finds nearly everything, so the strategies differ by noise);
+``ragkit.eval.generate`` writes a test set from a seeded sample of those paragraphs with the local LLM;
+the real SQuAD questions of the same paragraphs are a second test set. Every strategy runs on both (ordinary,
 resumable ``ragkit.eval.runs`` folders under ``bench/.cache/eval_agreement/``, one LLM cache), and:
 
 * **retrieval**: the strategies ranked by MRR on the generated set and on the real questions — Kendall's
   tau-b between the two rankings (``scipy.stats.kendalltau``);
 * **answers**: ranked by the share of answers right — F1 ≥ 0.5 against the gold answers on the real
-  questions, against the generated answer (an unanswerable item: a decline) on the generated set — tau-b;
+  questions, against the generated answer on the generated set's answerable items — tau-b. SQuAD v1.1
+  has no unanswerable question, so the like-for-like ranking leaves the generated unanswerable items
+  out (decided before any run at this size); ``answer_with_unanswerable`` counts them (a decline is right);
+* every tau has a paired bootstrap 95% interval (questions resampled, the same draw for every strategy);
 * **the judge**: ROC AUC of the local judge's faithfulness for the real questions' answers against
   whether they were right by the gold answers (the judge runs on the ``plain`` strategy's answers).
 
 Nothing here is tuned: the thresholds of generation (``ragkit.eval.generate``) were set before this
-script ran, and no choice is made from its figures.
+script ran, the judge's task was chosen on other paragraphs (``bench/judge_prompt_dev.py``), and no
+choice is made from this script's figures.
 
     .venv/bin/python bench/eval_agreement.py --set squad_dev --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 120
@@ -25,9 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from statistics import mean
 import sys
 import time
-from pathlib import Path
 
 from scipy.stats import kendalltau
 from squad_common import CACHE, ROOT, run_facts
@@ -37,7 +43,7 @@ from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
 from ragkit.eval.generate import generate_testset
-from ragkit.eval.judge import LocalJudge
+from ragkit.eval.judge import DEFAULT_TASK, FAITHFULNESS_TASKS, LocalJudge
 from ragkit.eval.runs import EvalRun
 from ragkit.eval.strategies import resolve
 from ragkit.eval.testset import SQUAD_FILES, load_testset, save_testset, squad_testset
@@ -51,14 +57,36 @@ STRATEGIES = ["plain", "hyde", "rerank", "grading", "self_correction", "decompos
 SEED = 29
 
 
+BOOTSTRAP = 1000
+
+
 def tau(scores_a: dict[str, float], scores_b: dict[str, float]) -> float:
     names = sorted(scores_a)
     value = kendalltau([scores_a[n] for n in names], [scores_b[n] for n in names]).statistic
-    return round(float(value), 4) if value == value else 0.0  # all tied on one side: no agreement to speak of
+    return float(value) if value == value else 0.0  # all tied on one side: no agreement to speak of
 
 
-def mean(summary: dict, measure: str) -> float:
-    return (summary["aggregates"].get(measure) or {}).get("mean") or 0.0
+def score_table(rows: dict[str, list[dict]], measure: str, keep) -> tuple[list[str], dict[str, list[float]]]:
+    """The items every strategy scored on ``measure`` (those ``keep`` accepts), and each strategy's values in that order."""
+    by_id = {name: {r["id"]: r for r in strategy_rows} for name, strategy_rows in rows.items()}
+    ids = sorted(set.intersection(*({i for i, r in table.items() if keep(r) and r.get(measure) is not None} for table in by_id.values())))
+    return ids, {name: [float(by_id[name][i][measure]) for i in ids] for name in rows}
+
+
+def agreement(generated: dict[str, list[dict]], real: dict[str, list[dict]], measure: str, keep_generated) -> dict:
+    """Kendall's tau-b between the strategies' means on the two sets, with a paired bootstrap 95% interval."""
+    gen_ids, gen = score_table(generated, measure, keep_generated)
+    real_ids, rea = score_table(real, measure, lambda r: True)
+    point = tau({n: mean(v) for n, v in gen.items()}, {n: mean(v) for n, v in rea.items()})
+    rng, draws = random.Random(SEED), []
+    for _ in range(BOOTSTRAP):
+        g = [rng.randrange(len(gen_ids)) for _ in gen_ids]
+        r = [rng.randrange(len(real_ids)) for _ in real_ids]
+        draws.append(tau({n: mean(v[i] for i in g) for n, v in gen.items()}, {n: mean(v[i] for i in r) for n, v in rea.items()}))
+    draws.sort()
+    return {"tau": round(point, 4), "interval95": [round(draws[int(0.025 * BOOTSTRAP)], 4), round(draws[int(0.975 * BOOTSTRAP) - 1], 4)],
+            "n_generated": len(gen_ids), "n_real": len(real_ids),
+            "generated": {n: round(mean(v), 4) for n, v in gen.items()}, "real": {n: round(mean(v), 4) for n, v in rea.items()}}
 
 
 def main() -> int:
@@ -70,13 +98,14 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--judge-task", default=DEFAULT_TASK, choices=sorted(FAITHFULNESS_TASKS))
     args = parser.parse_args()
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
     docs, _ = load_squad_corpus(ROOT / "data" / "squad" / SQUAD_FILES[args.set])
     chosen = sorted(random.Random(SEED).sample([d.id for d in docs], args.paragraphs))
-    index = index_documents([d for d in docs if d.id in set(chosen)], CACHE / f"agreement_{args.set}_{args.paragraphs}")
+    index = index_documents(docs, CACHE / f"{args.set}_index_all-MiniLM-L6-v2")
     config = RagConfig(models=ModelConfig(llm=args.model))
     llm = build_chat_generator(config.models)
     llm.warm_up()
@@ -84,46 +113,50 @@ def main() -> int:
 
     SETS_DIR.mkdir(parents=True, exist_ok=True)
     generated_path = SETS_DIR / f"{args.set}.generated.jsonl"
-    if not generated_path.exists():
+    report_path = SETS_DIR / f"{args.set}.generated.report.json"
+    if not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated:
         with llm_cache(cache):
-            items, report = generate_testset(index, llm, n=args.generated, seed=SEED, progress=None)
+            items, report = generate_testset(index, llm, n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
         save_testset(items, generated_path)
-        (SETS_DIR / f"{args.set}.generated.report.json").write_text(json.dumps(report.summary(), indent=1) + "\n")
-    generation = json.loads((SETS_DIR / f"{args.set}.generated.report.json").read_text())
+        report_path.write_text(json.dumps(report.summary(), indent=1) + "\n")
+    generation = json.loads(report_path.read_text())
     real_path = SETS_DIR / f"{args.set}.real.jsonl"
-    if not real_path.exists():
+    if not real_path.exists() or len(load_testset(real_path)[0]) != args.real:
         save_testset(squad_testset(args.set, paragraph_ids=set(chosen), n=args.real, seed=SEED), real_path)
 
     judge_llm = build_chat_generator(ModelConfig(llm=args.judge_model))
-    judge = LocalJudge(judge_llm)
-    judge.model_name = args.judge_model
+    judge = LocalJudge(judge_llm, task=args.judge_task, model_name=args.judge_model)
     results: dict[str, dict[str, dict]] = {"generated": {}, "real": {}}
     for which, path in (("generated", generated_path), ("real", real_path)):
         items, _ = load_testset(path)
         for strategy in tqdm(strategies, desc=f"{args.set} {which}", file=sys.stderr):
             judged = which == "real" and strategy.name == "plain"
-            run = EvalRun.open(CACHE / "eval_agreement" / args.set / f"{which}-{strategy.label}", strategy, config, path, items,
-                               known_chunks=set(index.chunks), judge_model=args.judge_model if judged else None, chat_generator=llm)
+            run = EvalRun.open(CACHE / "eval_agreement" / f"{args.set}-{args.generated}-{args.real}" / f"{which}-{strategy.label}", strategy, config, path, items,
+                               known_chunks=set(index.chunks), judge_model=judge.label if judged else None, chat_generator=llm)
             rag = AgenticRAG(strategy.features, config=config, index=index, chat_generator=llm)
             results[which][strategy.label] = run.execute(rag, judge=judge if judged else None, cache=cache)
             results[which][strategy.label]["rows"] = run.rows()
 
     names = [s.label for s in strategies]
-    ranking = {which: {"mrr": {n: mean(results[which][n], "mrr") for n in names}, "correct": {n: mean(results[which][n], "correct") for n in names}}
-               for which in results}
+    rows = {which: {n: results[which][n]["rows"] for n in names} for which in results}
+    answerable = lambda r: r["kind"] != "unanswerable"  # noqa: E731
+    agreements = {"retrieval": agreement(rows["generated"], rows["real"], "mrr", answerable),
+                  "answer": agreement(rows["generated"], rows["real"], "correct", answerable),
+                  "answer_with_unanswerable": agreement(rows["generated"], rows["real"], "correct", lambda r: True)}
     plain_rows = results["real"]["plain"]["rows"]
     judged = [(r["faithfulness"], bool(r["correct"])) for r in plain_rows if r.get("faithfulness") is not None and r.get("correct") is not None]
     entry = {
         "strategies": names, "model": args.model, "judge_model": args.judge_model,
-        "kendall_tau": {"retrieval": tau(ranking["generated"]["mrr"], ranking["real"]["mrr"]),
-                        "answer": tau(ranking["generated"]["correct"], ranking["real"]["correct"])},
+        "kendall_tau": {name: a["tau"] for name, a in agreements.items()},
+        "kendall_tau_interval95": {name: a["interval95"] for name, a in agreements.items()},
         "judge_auc": round(roc_auc([p for p, _ in judged], [y for _, y in judged]), 4) if judged else None,
-        "judge_n": len(judged),
+        "judge_n": len(judged), "judge_task": args.judge_task, "corpus_paragraphs": len(docs),
         "generated": {"requested": generation["requested"], "accepted": generation["accepted"], "by_kind": generation["by_kind"],
                       "rejected_by_reason": generation["rejected_by_reason"], "llm_calls": generation["llm_calls"]},
-        "per_strategy": {which: {n: {"mrr": round(ranking[which]["mrr"][n], 4), "correct": round(ranking[which]["correct"][n], 4),
+        "per_strategy": {which: {n: {"mrr": agreements["retrieval"][which][n], "correct": agreements["answer"][which][n],
                                      "p50_s": results[which][n]["aggregates"].get("latency_s", {}).get("p50"), "n": results[which][n]["aggregates"]["rows"]}
                                  for n in names} for which in results},
+        "scored_items": {name: {"generated": a["n_generated"], "real": a["n_real"]} for name, a in agreements.items()},
         "paragraphs": args.paragraphs, "seed": SEED, "real_questions": len(load_testset(real_path)[0]),
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1),
     }

@@ -259,7 +259,7 @@ def summary_table() -> str:
         figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers, judge AUC "
                             f"{e['judge_auc']:.2f}" for name, e in agreement["sets"].items())
         rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
-                    f"300 paragraphs a set | [docs/evaluation.md](docs/evaluation.md) |")
+                    f"questions from 300 paragraphs a set, every paragraph indexed | [docs/evaluation.md](docs/evaluation.md) |")
     conversation = load("conversation.json")
     if conversation and conversation.get("follow_ups") and conversation.get("clarify"):
         follow, clarify = conversation["follow_ups"], conversation["clarify"]
@@ -344,10 +344,14 @@ def parity_table(d: dict) -> str:
 
 def agreement_table(d: dict) -> str:
     """bench/results/eval_agreement.json: does a generated test set rank strategies as the real questions do?"""
-    lines = ["| set | strategies | Kendall τ, retrieval (MRR) | Kendall τ, answers (share right) | judge AUC (n) | generated items (asked) | real questions | model / judge |",
+    def tau(e: dict, which: str) -> str:
+        low_high = (e.get("kendall_tau_interval95") or {}).get(which)
+        return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
+
+    lines = ["| set | strategies | Kendall τ, retrieval (MRR) [95% CI] | Kendall τ, answers (share right) [95% CI] | judge AUC (n) | generated items (asked) | real questions | model / judge |",
              "|" + " --- |" * 8]
     for name, e in d["sets"].items():
-        lines.append(f"| {name} | {len(e['strategies'])} | {e['kendall_tau']['retrieval']:.2f} | {e['kendall_tau']['answer']:.2f} | "
+        lines.append(f"| {name} | {len(e['strategies'])} | {tau(e, 'retrieval')} | {tau(e, 'answer')} | "
                      f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
                      f"{e['real_questions']} | {e['model'].split('-')[-1]} / {e['judge_model'].split('-')[-1]} |")
     strategies = next(iter(d["sets"].values()))["strategies"]
@@ -357,7 +361,8 @@ def agreement_table(d: dict) -> str:
             per = e["per_strategy"][which]
             lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
     commands = ", ".join(f"`{e['command']}`" for e in d["sets"].values())
-    lines += ["", f"Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings. {commands}"]
+    lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "
+              f"the questions (the answers' τ over the generated set's answerable items: SQuAD v1.1 has no unanswerable question). {commands}"]
     return "\n".join(lines)
 
 

@@ -171,3 +171,27 @@ def test_strategies_are_named_versioned_and_never_overwritten(tmp_path, monkeypa
     (tmp_path / "bad.yaml").write_text("gradin: true\n")
     with pytest.raises(ValueError):
         strategies.add("typo", tmp_path / "bad.yaml")
+
+
+def test_the_judges_faithfulness_task_asks_about_the_answer_to_this_question():
+    from haystack import Document
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from ragkit.eval.judge import FAITHFULNESS_TASKS, LocalJudge
+    from ragkit.ui.cli import build_parser
+    from scripted_llm import scripted  # tests/scripted_llm.py
+
+    sources = [Document(content="Tesla was born in Smiljan in 1856.")]
+    for task, reply, expected in (("answers_question", "yes", 1.0), ("correct", "no", 0.0)):
+        llm, seen = scripted(reply)
+        judge = LocalJudge(llm, task=task, model_name="m")
+        assert judge.faithfulness("Where was Tesla born?", "Smiljan [1]", sources) == (expected, None)
+        asked = seen[-1][-1].text.split("Question:")[-1]
+        assert "Where was Tesla born?" in asked and "Smiljan" in asked and "[1]" not in asked
+        assert judge.label == f"m ({task} task)"  # a run records the task: resuming under another is refused
+    value, reason = LocalJudge(MockChatGenerator(responses=["banana"]), task="answers_question").faithfulness("Q?", "A", sources)
+    assert value is None and reason.startswith("judge:")  # a reply that does not parse is a counted failure
+    with pytest.raises(ValueError, match="faithfulness task"):
+        LocalJudge(MockChatGenerator(responses=["yes"]), task="vibes")
+    judge_task = next(a for a in build_parser()._subparsers._group_actions[0].choices["eval"]._actions if a.dest == "judge_task")
+    assert sorted(judge_task.choices) == sorted(FAITHFULNESS_TASKS)

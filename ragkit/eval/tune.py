@@ -71,7 +71,7 @@ def tune(
         rag = make_rag(strategy.features)
         folder = runs_dir / f"{which}-{strategy.label.replace('+', '_')}"
         evaluation = EvalRun.open(folder, strategy, config, testset_path, half, known_chunks=known_chunks,
-                                  judge_model=getattr(judge, "model_name", None), chat_generator=getattr(rag, "chat_generator", None))
+                                  judge_model=getattr(judge, "label", None), chat_generator=getattr(rag, "chat_generator", None))
         evaluation.execute(rag, judge=judge, cache=cache)
         return {"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]}
 

@@ -85,15 +85,13 @@ def _make_rag(config, index, llm):
 def _judge(args, config, llm):
     from dataclasses import replace
 
-    from ragkit.eval.judge import LocalJudge
+    from ragkit.eval.judge import DEFAULT_TASK, LocalJudge
     from ragkit.llm.generators import build_chat_generator
 
     if args.judge_llm == "none":
         return None
     generator = llm if args.judge_llm in (None, config.models.llm) else build_chat_generator(replace(config.models, llm=args.judge_llm))
-    judge = LocalJudge(generator)
-    judge.model_name = args.judge_llm or config.models.llm
-    return judge
+    return LocalJudge(generator, task=args.judge_task or DEFAULT_TASK, model_name=args.judge_llm or config.models.llm)
 
 
 def _embed(config):
@@ -127,7 +125,7 @@ def cmd_eval(args, console) -> int:
     llm = build_chat_generator(config.models)
     judge = _judge(args, config, llm)
     run = EvalRun.open(Path(args.runs_dir) / (args.name or strategy.label), strategy, config, args.testset, items, known_chunks=set(index.chunks),
-                       limit=args.limit, judge_model=getattr(judge, "model_name", None), chat_generator=llm)
+                       limit=args.limit, judge_model=getattr(judge, "label", None), chat_generator=llm)
     plan = run.plan()
     if run.missing_chunks:
         console.print(f"[yellow]{len(run.missing_chunks)} items name chunks that are no longer in the index:[/] they are skipped; the other {len(run.items)} are evaluated")
@@ -305,6 +303,8 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     judged = argparse.ArgumentParser(add_help=False)
     judged.add_argument("--judge-llm", help="the judge's model (default: the pipeline's; 'none': no judge metrics)")
+    judged.add_argument("--judge-task", choices=["sentences", "answers_question", "correct"],
+                        help="what the judge's faithfulness asks (default correct: is this answer to this question correct according to the sources)")
     judged.add_argument("--runs-dir", default="runs", help="where run folders go (default runs/)")
 
     p = sub.add_parser("eval", parents=[common, cache, judged], help="run a strategy on a test set: a resumable run folder with every row")

@@ -210,7 +210,7 @@ class EvalLab:
             strategy = resolve(name)
             folder = self.runs_dir / testset_sha256(self.testset_path)[:12] / name  # a new test set, new runs
             evaluation = EvalRun.open(folder, strategy, self.config, self.testset_path, self.items, known_chunks=set(self.index.chunks),
-                                      judge_model=getattr(self.judge, "model_name", None), chat_generator=self._generator())
+                                      judge_model=getattr(self.judge, "label", None), chat_generator=self._generator())
             evaluation.execute(AgenticRAG(strategy.features, config=self.config, index=self.index, chat_generator=self._generator()), judge=self.judge, cache=self.cache)
             self.runs.append({"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]})
         self._show_runs()
@@ -255,8 +255,12 @@ class EvalLab:
 
 def agreement_html(data: dict[str, Any]) -> str:
     """``bench/results/eval_agreement.json``: per set, how well the generated test set ranks strategies like real questions."""
-    rows = [{"set": name, "strategies": len(e["strategies"]), "Kendall τ retrieval (MRR)": e["kendall_tau"]["retrieval"],
-             "Kendall τ answers (right)": e["kendall_tau"]["answer"], "judge AUC": e["judge_auc"],
+    def tau(e: dict[str, Any], which: str) -> str:
+        low_high = (e.get("kendall_tau_interval95") or {}).get(which)
+        return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
+
+    rows = [{"set": name, "strategies": len(e["strategies"]), "Kendall τ retrieval (MRR) [95% CI]": tau(e, "retrieval"),
+             "Kendall τ answers (right) [95% CI]": tau(e, "answer"), "judge AUC": e["judge_auc"],
              "generated items": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real questions": e["real_questions"]}
             for name, e in (data.get("sets") or {}).items()]
     return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
