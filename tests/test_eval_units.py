@@ -195,3 +195,20 @@ def test_the_judges_faithfulness_task_asks_about_the_answer_to_this_question():
         LocalJudge(MockChatGenerator(responses=["yes"]), task="vibes")
     judge_task = next(a for a in build_parser()._subparsers._group_actions[0].choices["eval"]._actions if a.dest == "judge_task")
     assert sorted(judge_task.choices) == sorted(FAITHFULNESS_TASKS)
+
+
+def test_an_unanswerable_item_needs_a_name_in_its_question_and_finds_an_absent_entity_in_any_corpus():
+    import random
+
+    from ragkit.eval.generate import ABSENT_ENTITIES, unanswerable_from
+
+    class EveryRealName:  # a corpus that mentions a word of every listed entity: made-up people are left
+        def term_weights(self, text):
+            return {"x": 1.0} if any(text.replace("the ", "") in name for name in ABSENT_ENTITIES) else {}
+
+    rng, used = random.Random(0), set()
+    item = EvalItem("When did Genghis Khan invade Persia?", ["1219"], kind="single", id="q1")
+    made = [unanswerable_from(item, EveryRealName(), rng, used) for _ in range(30)]
+    assert all(outcome == "accepted" for _, outcome in made) and len(used) == 30  # never the same entity twice
+    assert all("Genghis Khan" not in swapped.question and swapped.meta["replaced"][0] == "Genghis Khan" for swapped, _ in made)
+    assert unanswerable_from(EvalItem("when was it built?", ["1900"], kind="single"), EveryRealName(), rng, used) == (None, "no_name_in_question")

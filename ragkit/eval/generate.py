@@ -55,6 +55,10 @@ ABSENT_ENTITIES = [
     "Ulaanbaatar", "the Mariana Trench", "Srinivasa Ramanujan", "Lake Titicaca", "Grace Hopper", "Timbuktu", "the Kármán line",
     "Frida Kahlo", "Svalbard", "Emmy Noether", "the Nazca Lines", "Tbilisi", "Chien-Shiung Wu",
 ]
+# When a large corpus holds a word of every name above (or they are used up), made-up people: a question
+# about someone who does not exist has no answer in any corpus, and each name is still checked against it.
+INVENTED_GIVEN = ["Orsolya", "Tavita", "Ilkka", "Zdenka", "Mirela", "Teodoro", "Saoirse", "Anouk", "Radomir", "Ingrith", "Yevgenia", "Kwabena"]
+INVENTED_FAMILY = ["Varkonyi", "Tuilagi", "Haapakoski", "Brzezinska", "Castellanza", "Quispehuaman", "Falkenrath", "Oyelaran", "Zubiaurre", "Mkhabela"]
 QG_SYSTEM = "You write one short quiz question. Reply with the question only."
 
 
@@ -237,26 +241,27 @@ def join_parts(first: EvalItem, second: EvalItem) -> EvalItem:
 
 
 def absent_entity(index: RagIndex, rng: random.Random, used: set[str]) -> str | None:
-    """An entity from :data:`ABSENT_ENTITIES` none of whose words the index has seen."""
-    for name in rng.sample(ABSENT_ENTITIES, len(ABSENT_ENTITIES)):
+    """An entity none of whose words the index has seen: from :data:`ABSENT_ENTITIES`, then a made-up person."""
+    invented = [f"{given} {family}" for given in INVENTED_GIVEN for family in INVENTED_FAMILY]
+    for name in rng.sample(ABSENT_ENTITIES, len(ABSENT_ENTITIES)) + rng.sample(invented, len(invented)):
         if name not in used and not index.term_weights(name.replace("the ", "")):
             return name
     return None
 
 
-def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used: set[str]) -> EvalItem | None:
+def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used: set[str]) -> tuple[EvalItem | None, str]:
     """The item's question about another entity: its proper name (not the answer) replaced by one absent from the index."""
     names = [m.group(0) for m in _NAME.finditer(item.question[1:]) if m.group(0) not in " ".join(item.answers)]
     if not names:
-        return None
+        return None, "no_name_in_question"
     entity = absent_entity(index, rng, used)
     if entity is None:
-        return None
+        return None, "no_absent_entity_left"
     used.add(entity)
     original = max(names, key=len)
     if re.search(rf"\bthe {re.escape(original)}", item.question, re.I) and entity.startswith("the "):
         entity = entity[4:]  # "the Mongol force" -> "the Mariana Trench force", not "the the …"
-    return EvalItem(question=item.question.replace(original, entity, 1), kind="unanswerable", meta={"from": item.id, "replaced": [original, entity]})
+    return EvalItem(question=item.question.replace(original, entity, 1), kind="unanswerable", meta={"from": item.id, "replaced": [original, entity]}), "accepted"
 
 
 # -- the whole generation --------------------------------------------------------------------------
@@ -317,10 +322,10 @@ def generate_testset(
     for source in pool + plain:
         if swapped_n >= wanted["unanswerable"]:
             break
-        swapped = unanswerable_from(source, index, rng, used)
+        swapped, outcome = unanswerable_from(source, index, rng, used)
         if swapped is not None and is_near_duplicate(swapped.question, [i.question for i in items]):
-            swapped = None
-        report.count("unanswerable", "accepted" if swapped else "no_entity_to_replace")
+            swapped, outcome = None, "duplicate"
+        report.count("unanswerable", outcome)
         if swapped is not None:
             items.append(swapped)
             swapped_n += 1
