@@ -259,9 +259,10 @@ def agreement_html(data: dict[str, Any]) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
         return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
-    rows = [{"set": name, "strategies": len(e["strategies"]), "Kendall τ retrieval (MRR) [95% CI]": tau(e, "retrieval"),
-             "Kendall τ answers (right) [95% CI]": tau(e, "answer"), "judge AUC": e["judge_auc"],
-             "generated items": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real questions": e["real_questions"]}
+    # short headers: the table must fit the notebook at laptop width (what each means is in the cell above)
+    rows = [{"set": name, "strategies": len(e["strategies"]), "τ retrieval [95% CI]": tau(e, "retrieval"),
+             "τ answers [95% CI]": tau(e, "answer"), "judge AUC": e["judge_auc"],
+             "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real": e["real_questions"]}
             for name, e in (data.get("sets") or {}).items()]
     return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
 
