@@ -362,7 +362,7 @@ def agreement_table(d: dict) -> str:
             lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
     commands = ", ".join(f"`{e['command']}`" for e in d["sets"].values())
     lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "
-              f"the questions (the answers' τ over the generated set's answerable items: SQuAD v1.1 has no unanswerable question). {commands}"]
+              f"the questions (the answers' τ over the generated set's answerable items: neither SQuAD v1.1 dev nor SQuAD-Shifts new_wiki has an unanswerable question). {commands}"]
     return "\n".join(lines)
 
 
