@@ -182,7 +182,7 @@ def score_all() -> dict:
         report["models"][model] = entry
         draw(model, pairs_by_config)
     earlier = json.loads(OUT.read_text()) if OUT.exists() else {}
-    report.update({k: v for k, v in earlier.items() if k.startswith("refit")})  # `refit`'s section is its own
+    report.update({k: v for k, v in earlier.items() if k.startswith("refit")})  # bench/calibration_refit.py's sections are its own
     OUT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     OUT.with_suffix(".md").write_text(markdown_table(report), encoding="utf-8")
     return report
@@ -208,56 +208,6 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refit_on_generated(model: str, generated: int, scored: int, seed: int) -> dict:
-    """The user's path, measured: ``ragkit calibrate``'s refit fitted on generated questions from new_wiki
-    paragraphs, scored on gold new_wiki questions of *other* paragraphs (none of the seed-7 questions the
-    shipped fit was fitted on), before (shipped fit) and after (refit) → calibration.json["refit"]."""
-    from ragkit.eval.generate import generate_testset
-    from ragkit.eval.refit import collect_rows, refit
-    from ragkit.eval.testset import EvalItem
-    from ragkit.llm.generators import build_chat_generator
-    from ragkit.pipeline.engine import AgenticRAG
-
-    docs, questions = load_squad_corpus(SETS[CALIBRATE_ON])
-    index = index_documents(docs, CACHE / f"{CALIBRATE_ON}_index_all-MiniLM-L6-v2")
-    generator = build_chat_generator(ModelConfig(llm=model))
-    generator.warm_up()
-    t0 = time.time()
-    items, report = generate_testset(index, generator, n=generated, mix={"single": 0.6, "paraphrase": 0.4}, seed=seed)
-    generation_s = time.time() - t0
-    rag = AgenticRAG(Features(), config=RagConfig(models=ModelConfig(llm=model)), chat_generator=generator, index=index)
-    rag.ask("Warm-up question: what is the capital of France?")
-    fit_rows = collect_rows(rag, items)
-    fitted = refit(fit_rows, model, agentic=False)
-    used = {c for it in items for c in it.chunks}
-    shipped_ids = {r["id"] for r in read_rows(rows_path(CALIBRATE_ON, model))}
-    pool = [q for q in questions if q["doc_id"] not in used and q["id"] not in shipped_ids]
-    gold = [EvalItem(q["question"], q["answers"], kind="squad", chunks=[q["doc_id"]], id=q["id"]) for q in random.Random(seed + 1).sample(pool, scored)]
-    gold_rows = collect_rows(rag, gold)
-
-    def on_gold(models: dict) -> dict:
-        pairs = [rescore_row(r, models) for r in gold_rows]
-        return {**score([c for c, _ in pairs], [y for _, y in pairs]), "bins": reliability_bins([c for c, _ in pairs], [y for _, y in pairs]),
-                "pairs": [[round(c, 4), y] for c, y in pairs]}  # for the reliability diagram (notebook 09)
-
-    from ragkit.eval.calibration import model_calibration
-
-    entry = {
-        "model": model, "features": "Features() (plain)", "definition": DEFINITION,
-        "fit_on": {"what": f"{len(items)} generated questions (single + paraphrase) from {len(used)} new_wiki paragraphs", "answered": fitted["answered"],
-                   "right": fitted["right"], "generation_s": round(generation_s), "out_of_fold": {"before": fitted["before"], "after": fitted["after"]}},
-        "scored_on": {"what": f"{len(gold_rows)} gold new_wiki questions of other paragraphs, none the shipped fit saw", "n": len(gold_rows),
-                      "right": round(sum(r["correct"] for r in gold_rows) / max(len(gold_rows), 1), 4),
-                      "before": on_gold(model_calibration(model)[1]), "after": on_gold(fitted["calibration"]["models"][model])},
-    }
-    data = json.loads(OUT.read_text()) if OUT.exists() else {}
-    data.setdefault("refit", {})[model] = entry
-    data.setdefault("refit_commands", {})[model] = "python bench/calibration.py " + " ".join(sys.argv[1:])
-    data.setdefault("refit_run", {})[model] = run_facts()
-    OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    return entry
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -268,20 +218,10 @@ def main() -> int:
     c.add_argument("--seed", type=int, default=SEED)
     sub.add_parser("fit")
     sub.add_parser("score")
-    r = sub.add_parser("refit", help="ragkit calibrate's refit: fit on generated new_wiki questions, score on gold questions of other paragraphs")
-    r.add_argument("--model", default=MODELS[0])
-    r.add_argument("--generated", type=int, default=100)
-    r.add_argument("--scored", type=int, default=100)
-    r.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     t0 = time.time()
     if args.command == "collect":
         collect(args.set, args.model, args.questions, args.seed)
-    elif args.command == "refit":
-        entry = refit_on_generated(args.model, args.generated, args.scored, args.seed)
-        shown = {k: v for k, v in entry["scored_on"].items() if k in ("n", "right")}
-        shown.update({k: {m: entry["scored_on"][k][m] for m in ("ece", "auc", "mean_confidence", "high_share_correct")} for k in ("before", "after")})
-        print(json.dumps(shown, indent=1))
     elif args.command == "fit":
         print(json.dumps({m: v["rows"] for m, v in fit()["models"].items()}), file=sys.stderr)
     else:

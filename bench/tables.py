@@ -299,6 +299,13 @@ def summary_table() -> str:
         figures = "; ".join(f"{m.split('-')[-1].upper()} ECE {c['configs']['plain']['ece']:.3f}, ROC AUC {c['configs']['plain']['auc']:.2f}, "
                             f"● right {_pct(c['configs']['plain']['high_share_correct'])}" for m, c in calibration["models"].items())
         rows.append(f"| calibrated confidence | {figures} | fitted on new_wiki, scored on SQuAD dev | [docs/confidence.md](docs/confidence.md) |")
+        pooled = calibration.get("refit_pooled") or {}
+        if pooled:
+            figures = "; ".join(f"{m.split('-')[-1].upper()} ECE {e['scored_on']['before']['ece']:.3f} → {e['scored_on']['after']['ece']:.3f}, "
+                                f"ROC AUC {e['scored_on']['before']['auc']:.2f} → {e['scored_on']['after']['auc']:.2f}" for m, e in pooled.items())
+            n = next(iter(pooled.values()))["scored_on"]["n"]
+            rows.append(f"| the confidence recalibrated on your text (`ragkit calibrate`), shipped → recalibrated | {figures} | fitted on generated "
+                        f"new_wiki questions, scored on {n} gold questions of other paragraphs | [docs/confidence.md](docs/confidence.md) |")
     planning = (load("planning.json") or {}).get("two_part")
     if planning:
         figures = "; ".join(f"{m.split('-')[-1].upper()} {_pct(c['plain']['parts_answered'])} → {_pct(c['decompose']['parts_answered'])}"
@@ -480,12 +487,24 @@ def memory_table(d: dict) -> str:
 
 
 def refit_table(d: dict) -> str:
-    rows = ["| model | scored on | right | ECE shipped → refit | ROC AUC shipped → refit | mean confidence shipped → refit | fitted on |",
-            "|---|---|---|---|---|---|---|"]
-    for model, e in d["refit"].items():
-        g, b, a = e["scored_on"], e["scored_on"]["before"], e["scored_on"]["after"]
-        rows.append(f"| {model.removeprefix('qwen2.5-coder-')} | {g['what']} | {_pct(g['right'])} | {b['ece']:.3f} → {a['ece']:.3f} | "
-                    f"{b['auc']:.3f} → {a['auc']:.3f} | {b['mean_confidence']:.2f} → {a['mean_confidence']:.2f} | {e['fit_on']['what']} |")
+    """calibration.json's ``refit`` and ``refit_split<N>`` sections (one row each: the shipped fit, recalibrated on
+    generated questions without and with the offset) and ``refit_offset`` (the offset's own measurement)."""
+    rows = ["| model | scored on | right | ECE shipped → recalibrated → + offset | ROC AUC shipped → + offset | "
+            "mean confidence shipped → recalibrated → + offset | fitted on |", "|---|---|---|---|---|---|---|"]
+    sections = [k for k in d if k in ("refit", "refit_pooled") or (k.startswith("refit_split") and not k.endswith(("_commands", "_run", "_recomputed")))]
+    sections.sort(key=lambda k: k == "refit_pooled")  # the splits, then the splits pooled
+    for key in sections:
+        for model, e in d[key].items():
+            g, b, a = e["scored_on"], e["scored_on"]["before"], e["scored_on"]["after"]
+            w = g.get("after_without_offset", a)
+            rows.append(f"| {model.removeprefix('qwen2.5-coder-')} | {g['what']} | {_pct(g['right'])} | {b['ece']:.3f} → {w['ece']:.3f} → **{a['ece']:.3f}** | "
+                        f"{b['auc']:.3f} → {a['auc']:.3f} | {b['mean_confidence']:.2f} → {w['mean_confidence']:.2f} → {a['mean_confidence']:.2f} | "
+                        f"{e['fit_on']['what']} |")
+    for model, o in (d.get("refit_offset") or {}).items():
+        rows += ["", f"Offset ({model}): **{o['logit_offset']:+.2f}** logit, measured on {o['generated']['what']} ({_pct(o['generated']['right'])} right) "
+                 f"and {o['real']['what']} ({_pct(o['real']['right'])} right): `{d['refit_offset_commands'][model]}`"]
+    commands = [f"`{d[k + '_commands'][m]}`" for k in sections for m in d[k] if m in d.get(k + "_commands", {})]
+    rows += ["", "Held-out checks: " + "; ".join(commands)]  # a note ends with its command: --readme replaces it
     return "\n".join(rows)
 
 

@@ -31,40 +31,83 @@ def forum_rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def test_refitting_on_overconfident_rows_lowers_the_out_of_fold_ece_and_keeps_the_auc():
+def test_recalibrating_on_overconfident_rows_lowers_the_out_of_fold_ece_and_keeps_the_shipped_ranking():
     rows = forum_rows(160)
-    outcome = refit(rows, MODEL, agentic=False, folds=5)
+    outcome = refit(rows, MODEL, agentic=False, folds=5, offset=0.0)
     before, after = outcome["before"], outcome["after"]
+    assert outcome["method"] == "recalibrate"
     assert before["mean_confidence"] > outcome["right"] + 0.15  # the shipped fit claims more than is right
     assert after["ece"] < before["ece"] - 0.1 and after["ece"] <= 0.12
-    assert after["auc"] >= before["auc"] - 0.02
+    assert after["auc"] == pytest.approx(before["auc"])  # the saved fit orders answers as the shipped one
+    assert 0.5 < after["auc_pooled_out_of_fold"] <= 1  # five folds' slightly different maps, pooled: kept beside it
     assert outcome["scored"] == 160 and outcome["answered"] == 160
     fit = outcome["calibration"]["models"][MODEL]["answer"]["base"]
-    assert fit["selected"].startswith("refitted") and fit["n"] == 160
+    assert fit["selected"].startswith("recalibrated") and fit["platt"]["n"] == 160 and 0 < fit["platt"]["slope"]
+    # the saved fit orders every answer as the shipped one does
+    from ragkit.eval.calibration import predict
+
+    shipped_fit = shipped_calibration()["models"][MODEL]["answer"]["base"]
+    order = lambda f: sorted(range(len(rows)), key=lambda i: (predict(f, rows[i]["signals"]), i))  # noqa: E731
+    assert order(fit) == order(shipped_fit)
     # the agentic fit and the lacks-answer model stay the shipped ones
     shipped = shipped_calibration()["models"][MODEL]
     assert outcome["calibration"]["models"][MODEL]["answer"]["agentic"] == shipped["answer"]["agentic"]
     assert outcome["calibration"]["models"][MODEL]["lacks_answer"] == shipped["lacks_answer"]
 
 
-def test_after_is_scored_only_on_items_whose_chunk_the_fit_never_saw(monkeypatch):
+@pytest.mark.parametrize("method", ["recalibrate", "refit"])
+def test_after_is_scored_only_on_items_whose_chunk_the_fit_never_saw(monkeypatch, method):
     import ragkit.eval.refit as refit_module
 
-    seen: list[tuple[set, set]] = []
-    real_fit = refit_module.fit_model_cv
-
-    def spy(rows, labels, features, folds=5, groups=None):
-        seen.append(set(groups or []))
-        return real_fit(rows, labels, features, folds, groups)
-
-    monkeypatch.setattr(refit_module, "fit_model_cv", spy)
+    seen: list[set] = []
     rows = forum_rows(100, seed=3)
-    refit(rows, MODEL, agentic=False, folds=4)
+    group_of = {json.dumps(r["signals"], sort_keys=True): r["group"] for r in rows}
+    real_recalibrated, real_fit = refit_module.recalibrated, refit_module.fit_model_cv
+
+    def spy_recalibrated(fit, train):
+        seen.append({r["group"] for r in train})
+        return real_recalibrated(fit, train)
+
+    def spy_fit(signals, labels, features, folds=5, groups=None):
+        seen.append({group_of[json.dumps(s, sort_keys=True)] for s in signals})
+        return real_fit(signals, labels, features, folds, groups)
+
+    monkeypatch.setattr(refit_module, "recalibrated", spy_recalibrated)
+    monkeypatch.setattr(refit_module, "fit_model_cv", spy_fit)
+    assert refit(rows, MODEL, agentic=False, folds=4, method=method)["method"] == method
     per_fold = seen[:-1]  # the last fit is the final one, on every row
     assert len(per_fold) == 4 and seen[-1] == {r["group"] for r in rows}
     for groups in per_fold:  # each fold's fit leaves whole chunks out
         left_out = {r["group"] for r in rows} - groups
         assert left_out and not (left_out & groups)
+
+
+def test_platt_fit_recovers_slope_and_shift_and_never_flips_the_ranking():
+    import math
+
+    from ragkit.eval.refit import platt_fit
+
+    rng = random.Random(5)
+    logits = [rng.uniform(-4, 4) for _ in range(5000)]
+    correct = [rng.random() < 1 / (1 + math.exp(-(0.5 * z - 1.2))) for z in logits]
+    slope, shift = platt_fit(logits, correct)
+    assert slope == pytest.approx(0.5, abs=0.06) and shift == pytest.approx(-1.2, abs=0.12)
+    inverted = [not c for c in correct]  # a signal that ranks backwards on this text: flattened, never flipped
+    assert platt_fit(logits, inverted)[0] == pytest.approx(0.05)
+    # every answer right: finite, pulled toward the shipped fit rather than to an infinite shift
+    slope, shift = platt_fit(logits[:40], [True] * 40)
+    assert math.isfinite(slope) and 0 < shift < 10
+
+
+def test_a_model_without_a_shipped_fit_gets_every_weight_refitted_and_an_unknown_method_is_refused():
+    rows = forum_rows(120)
+    outcome = refit(rows, "my-model", agentic=False, shipped={"models": {}}, offset=0.0)
+    assert outcome["method"] == "refit" and outcome["platt"] is None
+    assert outcome["calibration"]["models"]["my-model"]["answer"]["base"]["selected"].startswith("refitted")
+    with pytest.raises(ValueError, match="no shipped base fit"):
+        refit(rows, "my-model", agentic=False, shipped={"models": {}}, method="recalibrate")
+    with pytest.raises(ValueError, match="'recalibrate' or 'refit'"):
+        refit(rows, MODEL, agentic=False, method="isotonic")
 
 
 def test_too_few_answered_items_is_a_clear_error():
@@ -132,3 +175,100 @@ def test_ragkit_calibrate_on_a_small_test_set_says_how_many_it_needs_before_aski
     err = capsys.readouterr().err
     assert "5 answerable questions" in err and "at least 30" in err and "Traceback" not in err
     assert not (sample_index_dir / CALIBRATION_NAME).exists()
+
+
+def test_the_generated_question_offset_is_the_shift_that_calibrates_a_fit_on_real_questions():
+    import math
+
+    from ragkit.eval.refit import difficulty_offset
+
+    fit = {"features": ["token_p_min"], "mean": [0.5], "scale": [0.2], "coef": [1.5], "intercept": 1.0}
+    rng = random.Random(3)
+    real = []
+    for i in range(4000):  # people's questions: the same signal, one logit harder
+        p_min = rng.uniform(0.1, 0.9)
+        z = 1.0 + 1.5 * (p_min - 0.5) / 0.2 - 1.0
+        real.append({"id": f"r{i}", "declined": False, "signals": {"token_p_min": p_min}, "correct": rng.random() < 1 / (1 + math.exp(-z))})
+    assert difficulty_offset(fit, real) == pytest.approx(-1.0, abs=0.15)
+    with pytest.raises(ValueError, match="some right and some wrong"):
+        difficulty_offset(fit, [{**r, "correct": True} for r in real[:10]])
+
+
+def test_the_refit_moves_its_intercept_by_the_offset_times_the_share_of_generated_rows(tmp_path):
+    from ragkit.eval.refit import shipped_offset
+
+    rows = forum_rows(120)
+    for i, r in enumerate(rows):
+        r["generated"] = i % 4 != 0  # three in four generated, the rest labelled by a person
+    plain = refit(rows, MODEL, agentic=False, offset=0.0)
+    moved = refit(rows, MODEL, agentic=False, offset=-0.8)
+    assert moved["offset"] == {"logit_per_generated": -0.8, "generated_share": 0.75, "logit": -0.6, "measured_for": "given"}
+    saved, unshifted = moved["calibration"]["models"][MODEL]["answer"]["base"], plain["calibration"]["models"][MODEL]["answer"]["base"]
+    assert saved["intercept"] == pytest.approx(unshifted["intercept"] - 0.6, abs=1e-6) and saved["coef"] == unshifted["coef"]
+    assert moved["after"]["mean_confidence"] < moved["after_without_offset"]["mean_confidence"]
+    assert moved["after_without_offset"] == plain["after"]  # the offset is the only difference
+    # the shipped offsets: a model's own, a served name holding it, none for an unknown model
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"models": {MODEL: {"logit_offset": -0.7}}}))
+    assert shipped_offset(MODEL, offsets) == (-0.7, MODEL) and shipped_offset(f"/models/{MODEL}-q4.gguf", offsets) == (-0.7, MODEL)
+    assert shipped_offset("mistral-7b", offsets) == (-0.7, f"{MODEL} (borrowed: none measured for mistral-7b)")
+    assert shipped_offset(MODEL, tmp_path / "missing.json") == (0.0, None)
+
+
+def test_platt_scaled_fit_is_the_sigmoid_of_the_scaled_logit_in_the_fit_format():
+    import math
+
+    from ragkit.eval.calibration import predict
+    from ragkit.eval.refit import platt_scaled
+
+    fit = {"features": ["a", "b"], "mean": [0.2, 0.5], "scale": [0.3, 0.2], "coef": [1.5, -0.7], "intercept": -0.4}
+    scaled = platt_scaled(fit, slope=0.6, shift=-1.0)
+    for signals in ({"a": 0.9, "b": 0.1}, {"a": 0.1, "b": 0.8}, {"a": 0.5}):
+        p = predict(fit, signals)
+        expected = 1 / (1 + math.exp(-(0.6 * math.log(p / (1 - p)) - 1.0)))
+        assert abs(predict(scaled, signals) - expected) < 1e-5
+    assert scaled["features"] == fit["features"] and fit["coef"] == [1.5, -0.7]  # the shipped fit is not changed
+
+
+def test_the_calibrate_report_fits_80_columns_and_names_the_recalibration_and_the_borrowed_offset():
+    import io
+
+    from rich.console import Console
+
+    from ragkit.ui.cli_eval import print_refit
+
+    rows = forum_rows(120)
+    for r in rows:
+        r["generated"] = True
+    outcome = refit(rows, "qwen2.5-coder-7b", agentic=False)  # no offset measured for it: borrowed, and said so
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None, force_terminal=False)
+    print_refit(console, outcome)
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "recalibrated (after)" in text and "recalibrated, no offset" in text and "shipped fit (before)" in text
+    assert "same ranking" in text and "borrowed from qwen2.5-coder-0.5b" in text
+    assert f"{outcome['after']['ece']:6.3f}" in text
+
+
+def test_the_notebook_figure_shows_the_committed_measurement_when_the_test_set_is_small(tmp_path):
+    from ragkit.ui.eval_view import confidence_refit_figure
+
+    measured = tmp_path / "calibration.json"
+    pair_rows = [[0.8, True], [0.6, False], [0.3, False], [0.7, True]]
+    side = {"ece": 0.1, "auc": 0.7, "mean_confidence": 0.5, "pairs": pair_rows}
+    measured.write_text(json.dumps({"refit": {MODEL: {
+        "fit_on": {"what": "78 generated questions", "right": 0.7}, "offset": {"logit": -0.9},
+        "scored_on": {"what": "80 gold questions", "right": 0.48, "before": side, "after_without_offset": {**side, "ece": 0.24},
+                      "after": {**side, "ece": 0.08}}}}}))
+    figure, caption = confidence_refit_figure(None, [EvalItem("Q?", ["a"], chunks=["c"])], MODEL, measured)
+    assert figure is not None and "ECE 0.100 → 0.240 → 0.080" in caption and "recalibrated + offset" in caption
+    assert "-0.90 logit" in caption
+    # the splits pooled, where measured, are the figure shown; a shipped fit better than the recalibration is said so
+    data = json.loads(measured.read_text())
+    pooled = json.loads(json.dumps(data["refit"][MODEL]))
+    pooled["scored_on"].update(what="160 gold questions (splits 1, 2 pooled)", before={**side, "ece": 0.05}, after={**side, "ece": 0.07})
+    measured.write_text(json.dumps({**data, "refit_pooled": {MODEL: pooled}}))
+    _, caption = confidence_refit_figure(None, [], MODEL, measured)
+    assert "160 gold questions (splits 1, 2 pooled)" in caption and "shipped fit stays the better one" in caption
+    none, why = confidence_refit_figure(None, [], "other-model", measured)
+    assert none is None and "no committed measurement for other-model" in why

@@ -269,17 +269,34 @@ def print_refit(console, outcome: dict) -> None:
     before, after = outcome["before"], outcome["after"]
     console.print(f"{outcome['scored']} items scored ({outcome['answered']} answered, {outcome['right']:.0%} right; correct = F1 ≥ 0.5 "
                   f"against the test set's answer); {outcome['folds']} folds by chunk, so 'after' is on items its fit never saw")
-    console.print(f"  {'':22} {'ECE':>6} {'ROC AUC':>8} {'mean conf.':>10} {'● right':>8}")
-    for name, entry in (("shipped fit (before)", before), ("refitted (after)", after)):
+    console.print(f"  {'':24} {'ECE':>6} {'ROC AUC':>8} {'mean conf.':>10} {'● right':>8}")
+    offset = outcome.get("offset") or {}
+    after_name = "recalibrated (after)" if outcome.get("method") == "recalibrate" else "refitted (after)"
+    shown_rows = [("shipped fit (before)", before)]
+    if offset.get("logit"):
+        shown_rows.append((after_name.replace(" (after)", ", no offset"), outcome["after_without_offset"]))
+    shown_rows.append((after_name, after))
+    for name, entry in shown_rows:
         high = f"{entry['high_share_correct']:.0%}" if entry["high_share_correct"] is not None else "–"
-        console.print(f"  {name:22} {entry['ece']:6.3f} {entry['auc']:8.3f} {entry['mean_confidence']:10.2f} {high:>8}")
+        console.print(f"  {name:24} {entry['ece']:6.3f} {entry['auc']:8.3f} {entry['mean_confidence']:10.2f} {high:>8}")
     console.print("  per confidence bin: items, share right, mean confidence; before → after")
     for b0, b1 in zip(before["bins"], after["bins"]):
         if b0["n"] or b1["n"]:
             console.print(f"    {b0['low']:.1f}–{b0['high']:.1f}: {b0['n']:3} {_share(b0)}  →  {b1['n']:3} {_share(b1)}", highlight=False)
-    console.print("[yellow]caution:[/] generated questions are often easier than real ones (new_wiki: 75% right against 51% "
-                  "for real questions), and a refit learns their share right; check it on real questions if you have some "
-                  "(docs/confidence.md)")
+    if outcome.get("method") == "recalibrate" and outcome.get("platt"):
+        console.print(f"the shipped fit's logit × {outcome['platt']['slope']:.2f} {outcome['platt']['shift']:+.2f}: the same ranking "
+                      "of answers, its probabilities moved to your text", highlight=False)
+    if offset.get("logit"):
+        measured = str(offset.get("measured_for") or "")
+        source = "borrowed from " + shown(measured.split(" (borrowed")[0]) if "borrowed" in measured else "measured on SQuAD dev"
+        console.print(f"[yellow]note:[/] generated questions are easier than people's, so the saved fit is moved by "
+                      f"{offset['logit']:+.2f} logit (the offset {source}, for {offset['generated_share']:.0%} generated "
+                      "questions here): it is meant for real questions like yours, and reads low on the generated ones above "
+                      "(docs/confidence.md)")
+    else:
+        console.print("[yellow]caution:[/] no generated-question offset is measured, and generated questions are "
+                      "often easier than real ones: the fit learns their share right; check it on real questions if you have "
+                      "some (docs/confidence.md)")
 
 
 def _share(b: dict) -> str:
