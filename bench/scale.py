@@ -24,6 +24,7 @@ Writes ``bench/results/scale.json`` (one entry per backend and size).
 from __future__ import annotations
 
 import argparse
+import shutil
 import json
 import os
 import statistics
@@ -199,6 +200,7 @@ def main() -> int:
         finally:
             if server is not None:
                 server.stop()
+            shutil.rmtree(folder, ignore_errors=True)  # a 1M-chunk run leaves ~12 GB otherwise
         results.setdefault(str(args.chunks), {})[backend] = entry
         results.setdefault("commands", {})[f"{args.chunks}/{backend}"] = "python bench/scale.py " + " ".join(sys.argv[1:])
         results.setdefault("run", {})[f"{args.chunks}/{backend}"] = run_facts()
