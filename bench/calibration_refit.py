@@ -1,21 +1,21 @@
-"""``ragkit calibrate``'s refit, measured: the generated-question offset, and the held-out check.
+"""``ragkit calibrate``'s recalibration, measured: the generated-question offset, and the held-out check.
 
-Two sub-commands, each writing its section of ``bench/results/calibration.json`` (``refit_offset`` and
-``refit``; ``bench/calibration.py`` keeps both when it rewrites the file) and its rows under
-``bench/results/calibration_rows/`` so the figures can be recomputed without asking the LLM again
-(``--from-rows``):
+Each sub-command writes its section of ``bench/results/calibration.json`` (``refit_offset``, ``refit``,
+``refit_split<N>``, ``refit_pooled``; ``bench/calibration.py`` keeps them when it rewrites the file) and its
+rows under ``bench/results/calibration_rows/``, so every figure can be recomputed without asking the LLM
+again (``--from-rows``):
 
 ``offset``  On **SQuAD v1.1 dev** (not the set any figure below is scored on): the questions that
             ``bench/eval_agreement.py`` generated from 300 dev paragraphs (single + paraphrase) and the
             real SQuAD questions of the *same* paragraphs are both answered by plain RAG over all 2,067
-            paragraphs; the confidence is refitted on the generated ones, and the logit shift that makes
+            paragraphs; the confidence is recalibrated on the generated ones, and the logit shift that makes
             that fit best calibrated on the real ones is the model's offset →
             ``ragkit/data/generated_question_offset.json`` (what ``ragkit calibrate`` applies).
 ``refit``   On **new_wiki**: the user's path — questions generated from new_wiki paragraphs (``--generated``
             new ones, or with ``--from-agreement`` the single + paraphrase items bench/eval_agreement.py
-            generated there with the same settings as the SQuAD dev set above), refitted as ``ragkit
+            generated there with the same settings as the SQuAD dev set above), recalibrated as ``ragkit
             calibrate`` does — scored on gold new_wiki questions of *other* paragraphs (none the shipped fit
-            was fitted on): the shipped fit, the refit without the offset, the refit with it.
+            was fitted on): the shipped fit, recalibrated without the offset, recalibrated with it.
 
     .venv/bin/python bench/calibration_refit.py offset --model qwen2.5-coder-0.5b
     .venv/bin/python bench/calibration_refit.py refit --model qwen2.5-coder-0.5b --from-agreement --scored 80
@@ -50,7 +50,6 @@ SETS = {"new_wiki": ROOT / "data" / "squad" / "new_wiki_v1.0.json.gz", "squad_de
 AGREEMENT_SETS = ROOT / "bench" / "results" / "eval_agreement"
 ROWS = ROOT / "bench" / "results" / "calibration_rows"
 OUT = ROOT / "bench" / "results" / "calibration.json"
-SHIPPED_FIT_SEED = 7  # bench/calibration.py's new_wiki questions: the shipped fit saw them, the held-out check never does
 
 
 def engine(set_name: str, model: str):
@@ -102,11 +101,11 @@ def save_section(key: str, model: str, entry: dict) -> None:
 
 
 def measure_offset(model: str, from_rows: bool) -> dict:
-    generated_items = [it for it in load_testset(AGREEMENT_SETS / "squad_dev.generated.jsonl")[0] if it.kind in ("single", "paraphrase")]
-    real_items = load_testset(AGREEMENT_SETS / "squad_dev.real.jsonl")[0]
     if from_rows:
         generated_rows, real_rows = read_rows(rows_file("offset_generated_squad_dev", model)), read_rows(rows_file("offset_real_squad_dev", model))
     else:
+        generated_items = [it for it in load_testset(AGREEMENT_SETS / "squad_dev.generated.jsonl")[0] if it.kind in ("single", "paraphrase")]
+        real_items = load_testset(AGREEMENT_SETS / "squad_dev.real.jsonl")[0]
         rag = engine("squad_dev", model)[0]
         generated_rows, real_rows = collect_rows(rag, generated_items), collect_rows(rag, real_items)
         write_rows("offset_generated_squad_dev", model, generated_rows)
@@ -138,6 +137,22 @@ def gold_rows_name(split: int) -> str:
     return "refit_gold_new_wiki" if split == 1 else f"refit_gold_new_wiki.split{split}"
 
 
+def sample_gold(questions: list[dict], model: str, used_paragraphs: set, excluded_ids: set, n: int, seed: int) -> list[EvalItem]:
+    """``n`` gold new_wiki questions of paragraphs the fit's items do not come from, none the shipped fit was fitted on."""
+    shipped_ids = {r["id"] for r in read_rows(ROWS / f"new_wiki.{model}.jsonl")}
+    pool = [q for q in questions if q["doc_id"] not in used_paragraphs and q["id"] not in shipped_ids | excluded_ids]
+    return [EvalItem(q["question"], q["answers"], kind="squad", chunks=[q["doc_id"]], id=q["id"]) for q in random.Random(seed).sample(pool, n)]
+
+
+def scored_on_gold(fit_rows: list[dict], gold_rows: list[dict], model: str, what: str) -> tuple[dict, dict]:
+    """(``ragkit calibrate``'s outcome on ``fit_rows``, the shipped / recalibrated / + offset figures on ``gold_rows``)."""
+    outcome = refit(fit_rows, model, agentic=False)
+    scored = {"what": what, "n": len(gold_rows), "right": round(sum(bool(r["correct"]) for r in gold_rows) / max(len(gold_rows), 1), 4),
+              "before": on(gold_rows, model_calibration(model)[1]), "after_without_offset": on(gold_rows, with_fit(model, outcome["unshifted_fit"])),
+              "after": on(gold_rows, outcome["calibration"]["models"][model])}
+    return outcome, scored
+
+
 def held_out_check(model: str, generated: int, scored: int, seed: int, from_rows: bool, from_agreement: bool = False, split: int = 1) -> dict:
     from ragkit.eval.generate import generate_testset
     from ragkit.llm.cache import LLMCache, llm_cache
@@ -154,10 +169,7 @@ def held_out_check(model: str, generated: int, scored: int, seed: int, from_rows
         rag, index, generator, questions = engine("new_wiki", model)
         used = {r["group"] for r in fit_rows}
         earlier = {r["id"] for k in range(1, split) for r in read_rows(rows_file(gold_rows_name(k), model))}
-        shipped_ids = {r["id"] for r in read_rows(ROWS / f"new_wiki.{model}.jsonl")}
-        pool = [q for q in questions if q["doc_id"] not in used and q["id"] not in shipped_ids | earlier]
-        gold = [EvalItem(q["question"], q["answers"], kind="squad", chunks=[q["doc_id"]], id=q["id"]) for q in random.Random(seed + split).sample(pool, scored)]
-        gold_rows = collect_rows(rag, gold)
+        gold_rows = collect_rows(rag, sample_gold(questions, model, used, earlier, scored, seed + split))
         write_rows(gold_rows_name(split), model, gold_rows)
     else:
         rag, index, generator, questions = engine("new_wiki", model)
@@ -172,23 +184,18 @@ def held_out_check(model: str, generated: int, scored: int, seed: int, from_rows
             generation_s = round(time.time() - started)
         fit_rows = collect_rows(rag, items)
         used = {c for it in items for c in it.chunks}
-        shipped_ids = {r["id"] for r in read_rows(ROWS / f"new_wiki.{model}.jsonl")}
-        pool = [q for q in questions if q["doc_id"] not in used and q["id"] not in shipped_ids]
-        gold = [EvalItem(q["question"], q["answers"], kind="squad", chunks=[q["doc_id"]], id=q["id"]) for q in random.Random(seed + 1).sample(pool, scored)]
-        gold_rows = collect_rows(rag, gold)
+        gold_rows = collect_rows(rag, sample_gold(questions, model, used, set(), scored, seed + 1))
         write_rows("refit_generated_new_wiki", model, fit_rows)
         write_rows("refit_gold_new_wiki", model, gold_rows)
-    with_offset, without = refit(fit_rows, model, agentic=False), refit(fit_rows, model, agentic=False, offset=0.0)
+    what = f"{len(gold_rows)} gold new_wiki questions of other paragraphs, none the shipped fit saw" + (
+        f" (split {split}: none of split{'s 1–' if split > 2 else ' '}{split - 1}'s)" if split > 1 else "")
+    outcome, scored_on = scored_on_gold(fit_rows, gold_rows, model, what)
     entry = {
-        "model": model, "features": "Features() (plain)", "definition": DEFINITION, "offset": with_offset["offset"],
-        "fit_on": {"what": f"{len(fit_rows)} generated questions (single + paraphrase) from {len(used)} new_wiki paragraphs", "answered": with_offset["answered"],
-                   "right": with_offset["right"], "generation_s": generation_s,
-                   "out_of_fold": {"before": with_offset["before"], "after": with_offset["after"], "after_without_offset": with_offset["after_without_offset"]}},
-        "scored_on": {"what": f"{len(gold_rows)} gold new_wiki questions of other paragraphs, none the shipped fit saw"
-                      + (f" (split {split}: none of split{'s 1–' if split > 2 else ' '}{split - 1}'s)" if split > 1 else ""), "n": len(gold_rows),
-                      "right": round(sum(bool(r["correct"]) for r in gold_rows) / max(len(gold_rows), 1), 4),
-                      "before": on(gold_rows, model_calibration(model)[1]), "after_without_offset": on(gold_rows, without["calibration"]["models"][model]),
-                      "after": on(gold_rows, with_offset["calibration"]["models"][model])},
+        "model": model, "features": "Features() (plain)", "definition": DEFINITION, "offset": outcome["offset"],
+        "fit_on": {"what": f"{len(fit_rows)} generated questions (single + paraphrase) from {len(used)} new_wiki paragraphs", "answered": outcome["answered"],
+                   "right": outcome["right"], "generation_s": generation_s,
+                   "out_of_fold": {"before": outcome["before"], "after": outcome["after"], "after_without_offset": outcome["after_without_offset"]}},
+        "scored_on": scored_on,
     }
     save_section("refit" if split == 1 else f"refit_split{split}", model, entry)
     return entry
@@ -202,15 +209,13 @@ def pooled_check(model: str) -> dict:
     gold_rows = [r for k in splits for r in read_rows(rows_file(gold_rows_name(k), model))]
     if not fit_rows or not gold_rows:
         raise SystemExit(f"no committed rows for {model}: run `refit --from-agreement` first")
-    with_offset, without = refit(fit_rows, model, agentic=False), refit(fit_rows, model, agentic=False, offset=0.0)
+    outcome, scored_on = scored_on_gold(fit_rows, gold_rows, model,
+                                        f"{len(gold_rows)} gold new_wiki questions of other paragraphs (splits {', '.join(map(str, splits))} pooled)")
     entry = {
-        "model": model, "features": "Features() (plain)", "definition": DEFINITION, "offset": with_offset["offset"], "platt": with_offset["platt"],
+        "model": model, "features": "Features() (plain)", "definition": DEFINITION, "offset": outcome["offset"], "platt": outcome["platt"],
         "fit_on": {"what": f"{len(fit_rows)} generated questions (single + paraphrase) from {len({r['group'] for r in fit_rows})} new_wiki paragraphs",
-                   "right": with_offset["right"]},
-        "scored_on": {"what": f"{len(gold_rows)} gold new_wiki questions of other paragraphs (splits {', '.join(map(str, splits))} pooled)",
-                      "n": len(gold_rows), "right": round(sum(bool(r["correct"]) for r in gold_rows) / len(gold_rows), 4),
-                      "before": on(gold_rows, model_calibration(model)[1]), "after_without_offset": on(gold_rows, without["calibration"]["models"][model]),
-                      "after": on(gold_rows, with_offset["calibration"]["models"][model])},
+                   "right": outcome["right"]},
+        "scored_on": scored_on,
     }
     save_section("refit_pooled", model, entry)
     return entry
@@ -239,12 +244,9 @@ def main() -> int:
     if args.command == "offset":
         entry = measure_offset(args.model, args.from_rows)
         print(json.dumps({"logit_offset": entry["logit_offset"], "generated": entry["generated"], "real": {k: v for k, v in entry["real"].items() if k == "right"}}, indent=1))
-    elif args.command == "pooled":
-        entry = pooled_check(args.model)
-        s = entry["scored_on"]
-        print(json.dumps({"n": s["n"], "right": s["right"], **{k: {m: s[k][m] for m in ("ece", "auc", "mean_confidence")} for k in ("before", "after_without_offset", "after")}}, indent=1))
     else:
-        entry = held_out_check(args.model, args.generated, args.scored, args.seed, args.from_rows, args.from_agreement, args.split)
+        entry = pooled_check(args.model) if args.command == "pooled" else held_out_check(
+            args.model, args.generated, args.scored, args.seed, args.from_rows, args.from_agreement, args.split)
         s = entry["scored_on"]
         print(json.dumps({"n": s["n"], "right": s["right"], **{k: {m: s[k][m] for m in ("ece", "auc", "mean_confidence")} for k in ("before", "after_without_offset", "after")}}, indent=1))
     print(f"{args.command}: {time.time() - started:.0f} s", file=sys.stderr)

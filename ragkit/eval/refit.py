@@ -21,9 +21,8 @@ right). This module refits it on the user's generated test set:
   on the same items. A model with no shipped fit gets every weight fitted (``method="refit"``);
 * generated questions are easier than people's (each is written from the one sentence that holds its
   answer): on SQuAD dev 70 % of them were answered right against 52 % of people's questions of the same
-  paragraphs, and a fit
-  learned on them alone claims too much on real ones. So the refit moves its intercept by a
-  **generated-question offset**, a logit shift measured per model where both kinds of question exist
+  paragraphs, and a fit learned on them alone claims too much on real ones. So the refit moves its
+  intercept by a **generated-question offset**, a logit shift measured per model where both kinds of question exist
   for the same paragraphs (SQuAD dev: ``bench/calibration_refit.py offset`` →
   ``ragkit/data/generated_question_offset.json``), scaled by the share of the user's rows that were
   generated (labelled questions need none). :func:`difficulty_offset` is that measurement;
@@ -128,10 +127,11 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-def platt_fit(logits: Sequence[float], correct: Sequence[bool], prior: float = PLATT_PRIOR) -> tuple[float, float]:
+def platt_fit(logits: Sequence[float], correct: Sequence[bool], prior: float = PLATT_PRIOR, slope: float | None = None) -> tuple[float, float]:
     """(slope, shift) minimising the log loss of sigmoid(slope · z + shift) on ``logits`` z, plus ``prior`` ·
-    ((slope − 1)² + shift²) / 2, by Newton's method; the slope stays at least :data:`MIN_SLOPE`."""
-    a, b = 1.0, 0.0
+    ((slope − 1)² + shift²) / 2, by Newton's method; the slope stays at least :data:`MIN_SLOPE`. With ``slope``
+    given, only the shift is fitted."""
+    a, b = (1.0 if slope is None else slope), 0.0
     y = [1.0 if c else 0.0 for c in correct]
     for _ in range(100):
         ga, gb = prior * (a - 1.0), prior * b
@@ -144,9 +144,13 @@ def platt_fit(logits: Sequence[float], correct: Sequence[bool], prior: float = P
             haa += w * z * z
             hab += w * z
             hbb += w
-        det = haa * hbb - hab * hab
-        step_a, step_b = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
-        a, b = max(a - step_a, MIN_SLOPE), b - step_b
+        if slope is None:
+            det = haa * hbb - hab * hab
+            step_a, step_b = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
+            a = max(a - step_a, MIN_SLOPE)
+        else:
+            step_a, step_b = 0.0, gb / max(hbb, 1e-9)
+        b -= step_b
         if abs(step_a) < 1e-8 and abs(step_b) < 1e-8:
             break
     return a, b
@@ -160,21 +164,11 @@ def recalibrated(fit: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[st
 
 def difficulty_offset(fit: dict[str, Any], real_rows: Sequence[dict[str, Any]]) -> float:
     """The logit shift that makes ``fit`` (learned on generated questions) best calibrated, by log loss, on
-    people's questions ``real_rows`` (answered rows with signals): a one-parameter logistic fit, by Newton's method."""
+    people's questions ``real_rows`` (answered rows with signals): :func:`platt_fit` with the slope held at 1."""
     answered = [r for r in real_rows if not r["declined"] and r["signals"]]
     if not answered or len({bool(r["correct"]) for r in answered}) < 2:
         raise ValueError("the offset needs answered real questions, some right and some wrong")
-    z = [math.log(p / (1 - p)) for p in (min(max(predict(fit, r["signals"]), 1e-6), 1 - 1e-6) for r in answered)]
-    y = [1.0 if r["correct"] else 0.0 for r in answered]
-    delta = 0.0
-    for _ in range(50):
-        p = [1 / (1 + math.exp(-(zi + delta))) for zi in z]
-        gradient, curvature = sum(pi - yi for pi, yi in zip(p, y)), sum(pi * (1 - pi) for pi in p)
-        step = gradient / max(curvature, 1e-9)
-        delta -= step
-        if abs(step) < 1e-7:
-            break
-    return delta
+    return platt_fit([_logit(predict(fit, r["signals"])) for r in answered], [bool(r["correct"]) for r in answered], prior=0.0, slope=1.0)[1]
 
 
 def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int = 5, shipped: dict[str, Any] | None = None,
