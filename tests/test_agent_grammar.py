@@ -138,6 +138,37 @@ def test_a_part_searched_once_is_never_offered_again_even_while_the_coverage_cal
     assert done.text == "answer()" and done.meta["chosen_by"] == "nothing_open" and len(seen) == 1
 
 
+def test_a_one_part_question_is_first_searched_in_its_own_words_then_on_a_name_its_sources_give():
+    from haystack.dataclasses import ToolCall
+    from haystack.tools import Tool
+
+    from ragkit.components.agent_search_words import bridge_names, name_runs
+
+    assert name_runs("The dynasty was established by Kublai Khan, yet he placed his grandfather Genghis Khan on the records as Taizu.[b]") == [
+        "Kublai Khan", "Genghis Khan", "Taizu"]
+    assert name_runs("In 1884 he joined the University of São Paulo.") == ["1884", "University of São Paulo"]
+    question = "Where was the man whom Kublai Khan placed on the imperial records as the official founder probably born?"
+    sources = ["Kublai Khan moved the capital to Dadu in 1271.",
+               "The dynasty was established by Kublai Khan, yet he placed his grandfather Genghis Khan on the imperial records as the official founder."]
+    # names of the sentence nearest the question first; names the question gives are not offered
+    assert bridge_names(question, sources)[0] == "Genghis Khan" and "Kublai Khan" not in bridge_names(question, sources)
+    search = Tool(name="search", description="s", parameters={"type": "object", "properties": {"query": {"type": "string"}}}, function=lambda query: "")
+    llm, seen = scripted(f"search({question.rstrip('?')})")
+    step = GrammarToolCallGenerator(llm, constraint="validate")
+    first = step.run(messages=[ChatMessage.from_user(question)], tools=[search])["replies"][0]
+    assert first.tool_calls[0].arguments == {"query": question.rstrip("?")}
+    call = ToolCall(tool_name="search", arguments={"query": question.rstrip("?")}, id="c1")
+    messages = [ChatMessage.from_user(question), ChatMessage.from_assistant(tool_calls=[call]),
+                ChatMessage.from_tool(tool_result=f"[1] (Yuan) {sources[0]}\n[2] (Yuan) {sources[1]}\n{UNCOVERED_PREFIX} born.", origin=call)]
+    follow, seen = scripted("search(Genghis Khan born)")
+    reply = GrammarToolCallGenerator(follow, constraint="validate").run(messages=messages, tools=[search])["replies"][0]
+    assert reply.tool_calls[0].arguments == {"query": "Genghis Khan born"}
+    assert "Names in the sources it does not give: Genghis Khan;" in seen[0][-1].text
+    from ragkit.llm.structured import gbnf_grammar
+
+    gbnf_grammar(action_grammar(["born"], lead=bridge_names(question, sources)))
+
+
 def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fast_config):
     llm, seen = scripted("answer()")
     result = agent(sample_index, fast_config, llm).ask("Where was Nikola Tesla born?")
