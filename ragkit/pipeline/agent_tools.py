@@ -176,7 +176,9 @@ def uncovered_line(retriever: IndexRetriever, parts: list[str], sources: list[Do
         return (f"{UNCOVERED_PREFIX} {', '.join(open_parts)}." if open_parts else ALL_SEARCHED), covered
     if len(queries) >= ONE_PART_SEARCHES:  # the question's own search and one follow-up, as multi-hop's bound
         return ALL_SEARCHED, covered
-    seen = set(content_words(" ".join(d.content or "" for d in sources))) | set().union(*searched_words)
+    # only what the sources hold: a first search in the question's own words would otherwise count
+    # every word as found and the follow-up would never be offered
+    seen = set(content_words(" ".join(d.content or "" for d in sources)))
     missing = [w for w in dict.fromkeys(content_words(parts[0])) if w not in seen]
     if covered[0] >= threshold or not missing:
         return WORDS_COVERED, covered
