@@ -138,37 +138,6 @@ def test_a_part_searched_once_is_never_offered_again_even_while_the_coverage_cal
     assert done.text == "answer()" and done.meta["chosen_by"] == "nothing_open" and len(seen) == 1
 
 
-def test_a_one_part_question_is_first_searched_in_its_own_words_then_on_a_name_its_sources_give():
-    from haystack.dataclasses import ToolCall
-    from haystack.tools import Tool
-
-    from ragkit.components.agent_search_words import bridge_names, name_runs
-
-    assert name_runs("The dynasty was established by Kublai Khan, yet he placed his grandfather Genghis Khan on the records as Taizu.[b]") == [
-        "Kublai Khan", "Genghis Khan", "Taizu"]
-    assert name_runs("In 1884 he joined the University of São Paulo.") == ["1884", "University of São Paulo"]
-    question = "Where was the man whom Kublai Khan placed on the imperial records as the official founder probably born?"
-    sources = ["Kublai Khan moved the capital to Dadu in 1271.",
-               "The dynasty was established by Kublai Khan, yet he placed his grandfather Genghis Khan on the imperial records as the official founder."]
-    # names of the sentence nearest the question first; names the question gives are not offered
-    assert bridge_names(question, sources)[0] == "Genghis Khan" and "Kublai Khan" not in bridge_names(question, sources)
-    search = Tool(name="search", description="s", parameters={"type": "object", "properties": {"query": {"type": "string"}}}, function=lambda query: "")
-    llm, seen = scripted(f"search({question.rstrip('?')})")
-    step = GrammarToolCallGenerator(llm, constraint="validate")
-    first = step.run(messages=[ChatMessage.from_user(question)], tools=[search])["replies"][0]
-    assert first.tool_calls[0].arguments == {"query": question.rstrip("?")}
-    call = ToolCall(tool_name="search", arguments={"query": question.rstrip("?")}, id="c1")
-    messages = [ChatMessage.from_user(question), ChatMessage.from_assistant(tool_calls=[call]),
-                ChatMessage.from_tool(tool_result=f"[1] (Yuan) {sources[0]}\n[2] (Yuan) {sources[1]}\n{UNCOVERED_PREFIX} born.", origin=call)]
-    follow, seen = scripted("search(Genghis Khan born)")
-    reply = GrammarToolCallGenerator(follow, constraint="validate").run(messages=messages, tools=[search])["replies"][0]
-    assert reply.tool_calls[0].arguments == {"query": "Genghis Khan born"}
-    assert "Names in the sources it does not give: Genghis Khan;" in seen[0][-1].text
-    from ragkit.llm.structured import gbnf_grammar
-
-    gbnf_grammar(action_grammar(["born"], lead=bridge_names(question, sources)))
-
-
 def test_an_answer_before_any_search_is_a_decline_never_a_fact(sample_index, fast_config):
     llm, seen = scripted("answer()")
     result = agent(sample_index, fast_config, llm).ask("Where was Nikola Tesla born?")
@@ -258,3 +227,77 @@ def test_the_notebook_view_lists_every_step_and_draws_the_run(sample_index, fast
     drawing = agent_run_markdown(result)
     assert drawing.startswith("```mermaid\nflowchart TD") and drawing.count("-->") == len(rows) + 1
     assert "<script>" not in drawing and "classDef llm" in drawing and "classDef retrieve" in drawing
+
+
+BRIDGE_QUESTION = "Where was the man whom Kublai Khan placed on the imperial records as the official founder of the Yuan dynasty probably born?"
+
+
+def bridge_llm(bridge="Genghis Khan", follow=True):
+    """Replies by what each call asks: the agent's steps (its first search in the question's words, then
+    the follow-up the search tool offered, or answer()), the bridge span, the answer."""
+    from ragkit.components.grammar_tool_calls import FOLLOW_UP_PREFIX
+
+    seen = []
+
+    def respond(messages):
+        seen.append(list(messages))
+        prompt = messages[-1].text or ""
+        if "Reply with one action:" in prompt:
+            offered = [line[len(FOLLOW_UP_PREFIX):].strip(" .") for line in prompt.splitlines() if line.startswith(FOLLOW_UP_PREFIX)]
+            if "Done: nothing yet" in prompt:
+                return f"search({BRIDGE_QUESTION.rstrip('?')})"
+            return f"search({offered[0]})" if offered and follow else "answer()"
+        if "Copy that name from the sources" in prompt:
+            return bridge
+        return "Delüün Boldog [1]"
+
+    return MockChatGenerator(response_fn=respond), seen
+
+
+def test_a_two_hop_question_follows_the_bridge_multi_hop_copies_and_is_answered_where_it_led(sample_index, fast_config):
+    llm, seen = bridge_llm()
+    rag = agent(sample_index, fast_config, llm)
+    asked_evidence = []
+    select = rag.finisher._evidence.run
+    rag.finisher._evidence.run = lambda query, documents, **kw: asked_evidence.append((query, documents)) or select(query=query, documents=documents, **kw)
+    result = rag.ask(BRIDGE_QUESTION)
+    queries = [c["arguments"]["query"] for c in result.details["agent"]]
+    # first the question in its own words; then multi-hop's follow-up: the bridge, then the words the evidence lacks
+    assert queries[0] == BRIDGE_QUESTION.rstrip("?") and queries[1].startswith("Genghis Khan") and "born" in queries[1]
+    assert any("Genghis_Khan" in (d.meta.get("source") or "") for d in result.sources)
+    assert result.exit_reason == "answered" and not result.failed
+    # the evidence sentence is chosen for the follow-up query, among every chunk, the follow-up's first
+    (focus, candidates), = asked_evidence
+    assert focus == queries[1]
+    assert "Genghis_Khan" in (candidates[0].meta.get("source") or "") and len(candidates) == len(result.sources)
+    assert len(seen) <= rag.call_budget
+    bridge_steps = [s for s in result.trace.steps if s.name == "search" and (s.decision or {}).get("bridge")]
+    assert bridge_steps and bridge_steps[0].decision["bridge"] == "Genghis Khan"
+    from ragkit.ui.agent_view import agent_steps
+
+    # the notebook's step table says which bridge the search tool copied
+    assert "bridge copied from the evidence: 'Genghis Khan'" in agent_steps(result)[1]["detail"]
+
+
+def test_hop_order_puts_the_follow_ups_chunks_first():
+    from haystack import Document
+
+    from ragkit.pipeline.agent_answer import hop_order
+
+    first = [Document(id="a", content="x"), Document(id="b", content="y")]
+    follow = [Document(id="c", content="z"), Document(id="a", content="x")]
+    assert [d.id for d in hop_order([("q1", first), ("q2", follow)])] == ["c", "a", "b"]
+
+
+def test_an_agent_that_declines_the_follow_up_answers_from_its_first_search(sample_index, fast_config):
+    llm, seen = bridge_llm(follow=False)
+    result = agent(sample_index, fast_config, llm).ask(BRIDGE_QUESTION)
+    assert [c["arguments"]["query"] for c in result.details["agent"]] == [BRIDGE_QUESTION.rstrip("?")]
+    assert result.details["answer_chosen_by"] == "model"
+
+
+def test_no_bridge_found_means_no_follow_up_is_offered(sample_index, fast_config):
+    llm, seen = bridge_llm(bridge="Napoleon")  # not a span of the evidence: the grounded step refuses it
+    result = agent(sample_index, fast_config, llm).ask(BRIDGE_QUESTION)
+    assert not any("follow-up search:" in (m[-1].text or "") for m in seen)
+    assert not result.failed

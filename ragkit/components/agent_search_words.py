@@ -2,7 +2,7 @@
 
 :class:`~ragkit.components.grammar_tool_calls.GrammarToolCallGenerator` decodes each agent step under a
 grammar; this module gives it what the search inside that grammar may say: a question part in its own
-wording (:func:`phrase_rules`), a name the sources gave for a two-hop question (:func:`bridge_names`),
+wording (:func:`phrase_rules`), a name the sources gave for a two-hop question (:func:`source_names`),
 the words still missing — each a character trie in GBNF (:func:`trie_gbnf`) so a long list stays cheap
 per token — and whether a part was searched already (:func:`searched_part`). Pure functions of text, no
 model, so each is tested alone.
@@ -10,13 +10,12 @@ model, so each is tested alone.
 Usage::
 
     phrase_rules([phrase_words("Where was Nikola Tesla born?")])  # ['phrase ::= "Where was Nikola Tesla born" | …']
-    bridge_names("Where was the founder of the Yuan dynasty born?", ["… his grandfather Genghis Khan …"])
+    source_names(["… his grandfather Genghis Khan …"], exclude="Where was the founder of the Yuan dynasty born?")
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections import defaultdict
 
 from ragkit.eval.metrics import content_words
@@ -59,66 +58,6 @@ def source_names(texts: list[str], exclude: str = "", limit: int = 400) -> list[
             continue
         if word[0].isupper() or any(c.isdigit() for c in word):
             out.setdefault(word, None)
-    return list(out)[:limit]
-
-
-NAME_JOINERS = {"of", "the", "de", "del", "da", "von", "van", "der", "du", "la", "le", "and", "&"}
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
-
-
-def name_runs(sentence: str) -> list[str]:
-    """The names and figures of ``sentence``: runs of capitalised words or numbers, joined across
-    "of" / "the" / "de" … ("University of São Paulo"), broken at punctuation, opening function words
-    ("The", "In") dropped."""
-    runs, current = [], []
-    sentence = re.sub(r"\[[^\]]*\]", "", sentence)  # footnote marks: "Taizu.[b]"
-    raw_words = [w for w in sentence.split() if not any(c in w for c in "()[]\n\\")]
-    for i, raw in enumerate(raw_words):
-        word = raw.strip(_WORD_EDGE)
-        following = raw_words[i + 1].strip(_WORD_EDGE) if i + 1 < len(raw_words) else ""
-        if word and (word[0].isupper() or any(c.isdigit() for c in word)):
-            current.append(word)
-        elif current and word.lower() in NAME_JOINERS and following[:1].isupper():
-            current.append(word)
-        else:
-            runs.append(current)
-            current = []
-        if raw != raw.rstrip(",;:.!?)]\"'"):  # punctuation after the word ends the name
-            runs.append(current)
-            current = []
-    runs.append(current)
-    names = []
-    for run in runs:
-        while run and (run[0].lower() in FUNCTION_WORDS or run[0].lower() in NAME_JOINERS):
-            run = run[1:]
-        while run and run[-1].lower() in NAME_JOINERS:
-            run = run[:-1]
-        if run:
-            names.append(" ".join(run))
-    return names
-
-
-def bridge_names(question: str, texts: list[str], sentences: int = 3, limit: int = 40) -> list[str]:
-    """What a follow-up search for a two-hop question can open with: the names and figures
-    (:func:`name_runs`) of the ``sentences`` source sentences sharing most content words with the
-    question — where the name the question only describes sits, as multi-hop's bridge is copied from
-    the evidence sentences — that the question does not name; best sentence first. Empty when no
-    sentence shares a word (then :func:`source_names`)."""
-    from ragkit.eval.metrics import content_words
-
-    wanted = set(content_words(question))
-    ranked = []
-    for t, text in enumerate(texts):
-        for n, sentence in enumerate(_SENTENCE_END.split(text)):
-            overlap = len(wanted & set(content_words(sentence)))
-            if overlap:
-                ranked.append((-overlap, t, n, sentence))
-    known = {w.lower() for w in phrase_words(question)}
-    out: dict[str, None] = {}
-    for *_, sentence in sorted(ranked)[:sentences]:
-        for name in name_runs(sentence):
-            if any(w.lower() not in known for w in name.split()):
-                out.setdefault(name, None)
     return list(out)[:limit]
 
 

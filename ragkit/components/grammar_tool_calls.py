@@ -7,10 +7,11 @@ under a grammar built for that step, so the reply can only be one of
 
 * ``search(words)`` — while a part of a multi-part question is open and not yet searched, that
   part's own wording (its opening function words may be dropped, nothing else); for a one-part
-  question first its own wording, then — searched once and still open — a name or figure from the
-  source sentences nearest the question that the question does not give (the bridge of a two-hop
-  question), then the words still missing (each list a character trie in GBNF, so a long list stays
-  cheap per token): a query cannot drift to an invented entity, nor repeat itself;
+  question first its own wording, then — searched once and still open — the follow-up the search
+  tool built as multi-hop does (the name the question only describes, copied from the evidence, and
+  the words still missing), or without one a name or figure the sources gave that the question does
+  not have, then the missing words (each list a character trie in GBNF, so a long list stays cheap
+  per token): a query cannot drift to an invented entity, nor repeat itself;
 * ``sql(question)`` — when the agent has the SQL tool, in the question's words;
 * ``answer()`` — stop searching. The answer itself is written by ragkit's answer step, one grounded
   span per part of the question (:mod:`ragkit.pipeline.agent_answer`): asked to write
@@ -63,7 +64,7 @@ from haystack.dataclasses import ChatMessage, ChatRole, ToolCall
 from haystack.tools import flatten_tools_or_toolsets
 
 from ragkit.components.agent_search_words import (
-    FUNCTION_WORDS, MAX_QUERY_WORDS, bridge_names, phrase_rules, phrase_words, query_words, searched_part, source_names, trie_gbnf,
+    FUNCTION_WORDS, MAX_QUERY_WORDS, phrase_rules, phrase_words, query_words, searched_part, source_names, trie_gbnf,
 )
 from ragkit.components.query_decomposer import split_by_rules
 from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict
@@ -74,7 +75,8 @@ SOURCE_LINE = re.compile(r"^\[(\d+)\] ")
 UNCOVERED_PREFIX = "Not found in the sources yet:"
 ALL_SEARCHED = "Every part of the question has been searched."
 WORDS_COVERED = "The sources cover the question's words."
-STATUS_LINES = (UNCOVERED_PREFIX, ALL_SEARCHED, WORDS_COVERED)  # what the search tool says is open, last line
+FOLLOW_UP_PREFIX = "Not found yet, the name the question describes; follow-up search:"
+STATUS_LINES = (UNCOVERED_PREFIX, ALL_SEARCHED, WORDS_COVERED, FOLLOW_UP_PREFIX)  # what the search tool says is open, last line
 _ACTION = re.compile(r"^\s*(search|sql|answer)\((.*)\)\s*$", re.DOTALL)
 _OPEN_PART = re.compile(r"\bpart (\d+)")
 
@@ -198,10 +200,9 @@ def read_conversation(messages: list[ChatMessage]) -> dict[str, Any]:
     return state
 
 
-def step_messages(state: dict[str, Any], parts: list[str], tool_names: set[str], names: Optional[list[str]] = None) -> list[ChatMessage]:
+def step_messages(state: dict[str, Any], parts: list[str], tool_names: set[str]) -> list[ChatMessage]:
     """The step's prompt: instructions, then sources (a prefix that only grows), then the question and
-    where the search stands, then the actions. ``names``: the names a follow-up search may open with
-    (a two-hop question), listed so the model sees what it chooses among."""
+    where the search stands, then the actions."""
     sources = "\n".join(state["sources"][n] for n in sorted(state["sources"])) or "(none yet: search first)"
     actions = ["search(words) — look words up in the documents"] if "search" in tool_names else []
     if "sql" in tool_names:
@@ -213,9 +214,6 @@ def step_messages(state: dict[str, Any], parts: list[str], tool_names: set[str],
     lines.append("Done: " + ("; ".join(state["done"]) if state["done"] else "nothing yet"))
     if state["uncovered"]:
         lines.append(state["uncovered"])
-    if names:
-        lines.append("The question describes something without naming it. Names in the sources it does not give: " + "; ".join(names[:12]) + ".")
-        lines.append("To search on, start with the name the question describes, then the words not found yet.")
     lines += ["Reply with one action:", *actions]
     system = (state["system"] or AGENT_INSTRUCTIONS).strip()
     return [ChatMessage.from_system(system), ChatMessage.from_user("\n".join(lines))]
@@ -279,25 +277,31 @@ class GrammarToolCallGenerator:
         phrases = [phrase_words(parts[i - 1]) for i in open_parts] if len(parts) > 1 else []
         source_texts = [state["sources"][n].split(") ", 1)[-1] for n in numbers]
         lead: list[str] = []
+        status = state["uncovered"] or ""
         if len(parts) == 1 and not state["done"]:
             # a one-part question's first search is the question in its own words, as the fixed
             # workflow's first retrieval: left up to 12 free words, the 0.5B cut bridge questions
             # mid-clause ("… the state whose university's researchers")
             phrases = [phrase_words(parts[0])] if len(phrase_words(parts[0])) >= 2 else []
-        elif len(parts) == 1:
-            # a one-part question searched once and still open needs what the sources named (the bridge
-            # of a two-hop question): the next search opens with a name from the sources the question
-            # does not have — from the sentences nearest the question, where multi-hop copies its bridge
-            # from — then the words still missing. Offered the question's words again, the 0.5B
-            # repeated its first search on 6 of 12 development bridge questions.
-            lead = bridge_names(state["question"], source_texts) or source_names(source_texts, exclude=state["question"])
+        elif len(parts) == 1 and status.startswith(FOLLOW_UP_PREFIX):
+            # the search tool found the name the question only describes the way multi-hop does (a span
+            # copied from the evidence sentences) and built the follow-up from it: the model chooses only
+            # whether to follow it. Left to pick a name from the sources, the 0.5B opened follow-ups with
+            # "Mandate of Heaven", "31-0", "1870" on the development bridge questions.
+            phrases = [phrase_words(status[len(FOLLOW_UP_PREFIX):].strip(" ."))]
+        elif len(parts) == 1 and state["done"]:
+            # no follow-up was found (or the tool has no LLM to find one): the next search opens with a
+            # name the sources give that the question does not have, then the words still missing.
+            # Offered the question's words again, the 0.5B repeated its first search on 6 of 12
+            # development bridge questions.
+            lead = source_names(source_texts, exclude=state["question"])
         missing = (state["uncovered"] or "")[len(UNCOVERED_PREFIX):].strip(" .").split() if lead else []
-        allowed = ([w for p in phrases for w in p] or ([w for name in lead for w in name.split()] + missing + FUNCTION_WORDS if lead else [])
+        allowed = ([w for p in phrases for w in p] or (lead + missing + FUNCTION_WORDS if lead else [])
                    or query_words(state["question"], *source_texts))
         # search is offered while something is open: no search yet, or the search tool's coverage
         # line names a part or words no source holds. The small model, offered search, searches again
         # (the same words, measured on dev questions), so once nothing is open the choice is answer.
-        can_search = "search" in kinds and (not state["done"] or (state["uncovered"] or "").startswith(UNCOVERED_PREFIX))
+        can_search = "search" in kinds and (not state["done"] or status.startswith((UNCOVERED_PREFIX, FOLLOW_UP_PREFIX)))
         if len(parts) > 1 and not phrases:  # every open part was searched for already
             can_search = False
         if not can_search:
@@ -306,7 +310,7 @@ class GrammarToolCallGenerator:
         if not kinds:  # nothing left to search and no SQL tool: answer() is the only action, no call needed
             record(decision={"action": "answer", "chosen_by": "nothing left open (no LLM call)"})
             return ChatMessage.from_assistant(text="answer()", meta={"agent_action": "answer", "chosen_by": "nothing_open", "question_parts": parts})
-        prompt = step_messages(state, parts, kinds, names=lead if "search" in kinds else None)
+        prompt = step_messages(state, parts, kinds)
         kwargs: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": 0.0}
         backend = backend_of(self.chat_generator)
         if self.constraint == "auto" and backend == "llama.cpp":

@@ -45,7 +45,6 @@ Usage::
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from haystack import Document, component, default_from_dict, default_to_dict
@@ -171,6 +170,17 @@ class MultiHopReasoner:
         out = self._span.run(messages=context_messages(evidence, bridge_task(question), numbers=numbers), documents=documents, mode="grounded", evidence=evidence)
         text = strip_citations(reply_text(out["replies"])).strip(" .")
         return "" if not out["ok"] or text == strip_citations(NO_ANSWER).strip(" .") else text
+
+    def follow_up(self, question: str, documents: list[Document]) -> dict[str, Any]:
+        """One hop proposed, not taken: the evidence sentences for ``question`` among ``documents``, the
+        bridge copied from them (one LLM call) and the follow-up query built from it, as the first
+        iteration of :meth:`run` makes them; ``bridge`` and ``query`` are empty when no bridge was found.
+        Agent mode offers the query as its follow-up search (:func:`ragkit.pipeline.agent_tools.search_tool`)."""
+        self.warm_up()
+        evidence = self._selector.rank(question, documents)[: self.evidence_sentences]
+        bridge = self._bridge(question, documents, evidence) if evidence else ""
+        query = follow_up_query(question, bridge, " ".join(e.content for e in evidence)) if bridge else ""
+        return {"bridge": bridge, "query": query, "evidence": evidence}
 
     @component.output_types(documents=list[Document], query=str, hops=list[dict], exit_reason=str)
     def run(self, query: str, documents: list[Document], top_k: Optional[int] = None) -> dict[str, Any]:

@@ -134,7 +134,9 @@ class AgentRAG:
         built: list[Tool] = []
         if "search" in tools:
             self.index = index if index is not None else load_index(self.config.store or index_dir, expected_embedder=self.config.models.embedder)
-            built.append(search_tool(self.index, top_k=top_k, mode=mode, max_chars=max_chars))
+            # grammar mode: the search tool proposes a two-hop question's follow-up with the model (one call)
+            bridge_llm = self.chat_generator if tool_calls != "text" else None
+            built.append(search_tool(self.index, top_k=top_k, mode=mode, max_chars=max_chars, chat_generator=bridge_llm))
         if "sql" in tools:
             self.sql_answerer = sql_answerer or SqlAnswerer(chat_generator=self.chat_generator)
             built.append(sql_tool(self.sql_answerer))
@@ -155,9 +157,11 @@ class AgentRAG:
     @property
     def call_budget(self) -> int:
         """The most LLM calls one question may make: one per agent step, plus one per SQL tool call, plus
-        (grammar mode) one answer per part of the question, at most :data:`MAX_PARTS` parts."""
+        (grammar mode) one answer per part of the question, at most :data:`MAX_PARTS` parts, and the bridge
+        the search tool asks for once on a one-part question."""
         per_step = 1 + ((self.max_calls_per_reply if self.tool_call_mode == "text" else 1) if "sql" in self.tool_names else 0)
-        return self.max_agent_steps * per_step + (0 if self.tool_call_mode == "text" else MAX_PARTS)
+        bridge = 1 if "search" in self.tool_names else 0  # a one-part question's follow-up, proposed once by the search tool
+        return self.max_agent_steps * per_step + (0 if self.tool_call_mode == "text" else MAX_PARTS + bridge)
 
     def warm_up(self) -> None:
         if not self._warm:
@@ -189,7 +193,8 @@ class AgentRAG:
                     if self.tool_call_mode == "text":
                         result = self._result(question, out, trace, run)
                     else:
-                        result = self.finisher.finish(question, list(out.get("messages") or []), out.get("exit_reason"), trace, run.sources, self._details, run.found)
+                        result = self.finisher.finish(question, list(out.get("messages") or []), out.get("exit_reason"), trace, run.sources, self._details,
+                                                      run.found, bridges=run.bridges)
         finally:
             _RUN.reset(token)
         result.seconds = time.perf_counter() - started

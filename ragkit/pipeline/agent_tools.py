@@ -43,6 +43,7 @@ class _AgentRun:
     parts: list[str] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)  # searches run so far, as sent
     found: list[tuple[str, list[Document]]] = field(default_factory=list)  # (query, the chunks it found), per search
+    bridges: list[str] = field(default_factory=list)  # names a follow-up search was built on (one-part questions)
 
     def cite(self, document: Document) -> int:
         """The document's citation number in this question (a chunk seen before keeps its number)."""
@@ -100,17 +101,26 @@ def _short(text: str, max_chars: int) -> str:
 
 
 def search_tool(index: RagIndex | None = None, top_k: int = 3, mode: str = "hybrid", max_chars: int = 700, index_path: str | None = None,
-                cite_hint: str | None = CITE_HINT, coverage_threshold: float = 0.7) -> Tool:
+                cite_hint: str | None = CITE_HINT, coverage_threshold: float = 0.7, chat_generator: Any = None) -> Tool:
     """A ``Tool`` named ``search``: ``query`` → the ``top_k`` chunks as ``[n] (title) text`` (each cut at
     ``max_chars`` characters, document text fenced), then ``cite_hint``. Inside :meth:`AgentRAG.ask` the
     chunks are recorded as the answer's sources and ``n`` is the chunk's number among them; in grammar
     mode a last line names what the sources found so far still do not cover (:func:`uncovered_line`,
-    multi-hop's coverage measure against ``coverage_threshold``)."""
+    multi-hop's coverage measure against ``coverage_threshold``). With a ``chat_generator``, a one-part
+    question whose first search leaves it under that coverage gets the follow-up multi-hop would make
+    (:meth:`~ragkit.components.multi_hop.MultiHopReasoner.follow_up`: the name the question only
+    describes, copied from the evidence sentences, plus the words still missing — one LLM call), named
+    on that last line for the agent to take or leave."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if top_k < 1 or max_chars < 50:
         raise ValueError("top_k must be >= 1 and max_chars >= 50")
     retriever = IndexRetriever(index=index, index_path=index_path, mode=mode)
+    hop = None
+    if chat_generator is not None:
+        from ragkit.components.multi_hop import MultiHopReasoner
+
+        hop = MultiHopReasoner(chat_generator, index=index, index_path=index_path, retrieval_mode=mode, coverage_threshold=coverage_threshold)
 
     def search(**arguments: Any) -> str:
         with _ToolStep("search", "IndexRetriever") as step:
@@ -138,6 +148,15 @@ def search_tool(index: RagIndex | None = None, top_k: int = 3, mode: str = "hybr
             if run is not None and run.parts:
                 status, covered = uncovered_line(retriever, run.parts, run.sources, coverage_threshold, run.queries)
                 decision["coverage"] = covered
+                if hop is not None and len(run.parts) == 1 and len(run.queries) == 1 and covered[0] < coverage_threshold and documents:
+                    # multi-hop's gate and bridge: under the coverage threshold, the name the question describes
+                    proposal = hop.follow_up(run.parts[0], list(run.sources))
+                    decision["bridge"] = proposal["bridge"]
+                    if proposal["query"] and " ".join(proposal["query"].lower().split()) not in run.queries:
+                        from ragkit.components.grammar_tool_calls import FOLLOW_UP_PREFIX
+
+                        run.bridges.append(proposal["bridge"])
+                        status = f"{FOLLOW_UP_PREFIX} {proposal['query']}"
             step.set(decision=decision)
             if not lines:
                 return "No passages found." + (f"\n{status}" if status else "")

@@ -48,6 +48,8 @@ def agent_steps(result: Any) -> list[dict[str, Any]]:
             what = f"{step.name}: {d.get('query', '—')}" + (" (repeated: not run)" if d.get("repeated") else "")
             coverage = d.get("coverage")
             detail = f"{d.get('found', 0)} chunks " + " ".join(d.get("ids", [])[:5]) + (f"; coverage by part {coverage}" if coverage else "")
+            if "bridge" in d:  # the follow-up the search tool proposed for a one-part question (one LLM call)
+                detail += f"; bridge copied from the evidence: {d['bridge']!r}" if d["bridge"] else "; no bridge in the evidence"
         else:
             what, detail = step.name, ", ".join(f"{k}={v}" for k, v in d.items())
         rows.append({"step": step.name, "what": what, "detail": detail, "ms": round(step.seconds * 1000), "LLM calls": step.llm_calls,
