@@ -126,6 +126,8 @@ def main() -> int:
     parser.add_argument("--tool-calls", default="grammar", choices=["grammar", "text"], help="grammar-constrained actions, or tool calls written as text")
     parser.add_argument("--out", default=str(OUT), help="results file (a development run, e.g. --split dev, goes elsewhere than planning.json)")
     args = parser.parse_args()
+    if "plain" not in [b.strip() for b in args.baselines.split(",")]:
+        parser.error("--baselines must include plain: every agent figure is reported against plain RAG of the same run")
     from ragkit.llm.generators import build_chat_generator
     from ragkit.pipeline.agent_mode import AgentRAG
     from ragkit.pipeline.engine import AgenticRAG
