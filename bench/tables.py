@@ -552,6 +552,8 @@ def tables() -> dict[str, str]:
         out["planning.json agent"] = agent_table(load("planning.json"))
     if load("agent_unseen_pairs.json"):
         out["agent_unseen_pairs.json"] = agent_table(load("agent_unseen_pairs.json"), (("two_part", "two-part, pairs 201–260 (SQuAD dev)"),))
+    if load("agent_two_part_1.5b.json"):
+        out["agent_two_part_1.5b.json"] = agent_table(load("agent_two_part_1.5b.json"), (("two_part", "two-part, pairs 1–100 (SQuAD dev)"),))
     for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
         if load(name):
             out[name] = fn(load(name))
