@@ -14,6 +14,9 @@ resumable ``ragkit.eval.runs`` folders under ``bench/.cache/eval_agreement/``, o
   has no unanswerable question, so the like-for-like ranking leaves the generated unanswerable items
   out (decided before any run at this size); ``answer_with_unanswerable`` counts them (a decline is right);
 * every tau has a paired bootstrap 95% interval (questions resampled, the same draw for every strategy);
+* **each ranking's agreement with itself**: the set's questions split at random into two halves, tau-b
+  between the halves' rankings (median and 5–95 % over 1,000 splits). A ranking that does not agree with
+  itself is noise at that size, and bounds how well another set can agree with it;
 * **the judge**: ROC AUC of the local judge's faithfulness for the real questions' answers against
   whether they were right by the gold answers (the judge runs on the ``plain`` strategy's answers).
 
@@ -23,6 +26,7 @@ choice is made from this script's figures.
 
     .venv/bin/python bench/eval_agreement.py --set squad_dev --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 120
+    .venv/bin/python bench/eval_agreement.py --set squad_dev --rescore   # the figures again from the finished runs' rows
     -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 """
 
@@ -44,7 +48,7 @@ from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
 from ragkit.eval.generate import generate_testset
 from ragkit.eval.judge import DEFAULT_TASK, FAITHFULNESS_TASKS, LocalJudge
-from ragkit.eval.runs import EvalRun
+from ragkit.eval.runs import EvalRun, load_run
 from ragkit.eval.strategies import resolve
 from ragkit.eval.testset import SQUAD_FILES, load_testset, save_testset, squad_testset
 from ragkit.llm.cache import LLMCache, llm_cache
@@ -89,6 +93,54 @@ def agreement(generated: dict[str, list[dict]], real: dict[str, list[dict]], mea
             "generated": {n: round(mean(v), 4) for n, v in gen.items()}, "real": {n: round(mean(v), 4) for n, v in rea.items()}}
 
 
+def split_half(rows: dict[str, list[dict]], measure: str, keep, splits: int = BOOTSTRAP) -> dict:
+    """Tau-b between the rankings of two random halves of one set's questions: median and 5-95 % over ``splits``."""
+    ids, values = score_table(rows, measure, keep)
+    rng, taus, half = random.Random(SEED), [], len(ids) // 2
+    positions = list(range(len(ids)))
+    for _ in range(splits):
+        rng.shuffle(positions)
+        a, b = positions[:half], positions[half:2 * half]
+        taus.append(tau({n: mean(v[i] for i in a) for n, v in values.items()}, {n: mean(v[i] for i in b) for n, v in values.items()}))
+    taus.sort()
+    return {"median": round(taus[splits // 2], 4), "range90": [round(taus[int(0.05 * splits)], 4), round(taus[int(0.95 * splits) - 1], 4)], "half": half}
+
+
+def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
+    """Every figure computed from the runs' rows: the taus with their intervals, each ranking's split-half tau, the judge's AUC."""
+    answerable = lambda r: r["kind"] != "unanswerable"  # noqa: E731
+    keeps = {"retrieval": ("mrr", answerable), "answer": ("correct", answerable), "answer_with_unanswerable": ("correct", lambda r: True)}
+    agreements = {name: agreement(rows["generated"], rows["real"], measure, keep) for name, (measure, keep) in keeps.items()}
+    judged = [(r["faithfulness"], bool(r["correct"])) for r in rows["real"]["plain"] if r.get("faithfulness") is not None and r.get("correct") is not None]
+    return {
+        "agreements": agreements,
+        "kendall_tau": {name: a["tau"] for name, a in agreements.items()},
+        "kendall_tau_interval95": {name: a["interval95"] for name, a in agreements.items()},
+        "split_half_tau": {name: {"generated": split_half(rows["generated"], measure, keep), "real": split_half(rows["real"], measure, lambda r: True)}
+                           for name, (measure, keep) in keeps.items() if name != "answer_with_unanswerable"},
+        "judge_auc": round(roc_auc([p for p, _ in judged], [y for _, y in judged]), 4) if judged else None,
+        "judge_n": len(judged),
+        "scored_items": {name: {"generated": a["n_generated"], "real": a["n_real"]} for name, a in agreements.items()},
+    }
+
+
+def rescore(set_name: str) -> int:
+    """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
+    data = json.loads(OUT.read_text())
+    entry = data["sets"][set_name]
+    folder = CACHE / "eval_agreement" / f"{set_name}-{entry['generated']['requested']}-{entry['real_questions']}"
+    rows = {which: {n: load_run(folder / f"{which}-{n}")["rows"] for n in entry["strategies"]} for which in ("generated", "real")}
+    figures = agreement_figures(rows)
+    changed = {k: (entry[k], figures[k]) for k in ("kendall_tau", "judge_auc") if entry.get(k) != figures[k]}
+    if changed:
+        raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
+    entry.update({k: v for k, v in figures.items() if k != "agreements"})
+    entry["rescore_command"] = f"python bench/eval_agreement.py --set {set_name} --rescore"
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps({k: entry[k] for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--set", choices=sorted(SQUAD_FILES), required=True)
@@ -99,7 +151,10 @@ def main() -> int:
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--judge-task", default=DEFAULT_TASK, choices=sorted(FAITHFULNESS_TASKS))
+    parser.add_argument("--rescore", action="store_true", help="recompute the figures from the finished runs of --set (no LLM call)")
     args = parser.parse_args()
+    if args.rescore:
+        return rescore(args.set)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -139,24 +194,19 @@ def main() -> int:
 
     names = [s.label for s in strategies]
     rows = {which: {n: results[which][n]["rows"] for n in names} for which in results}
-    answerable = lambda r: r["kind"] != "unanswerable"  # noqa: E731
-    agreements = {"retrieval": agreement(rows["generated"], rows["real"], "mrr", answerable),
-                  "answer": agreement(rows["generated"], rows["real"], "correct", answerable),
-                  "answer_with_unanswerable": agreement(rows["generated"], rows["real"], "correct", lambda r: True)}
-    plain_rows = results["real"]["plain"]["rows"]
-    judged = [(r["faithfulness"], bool(r["correct"])) for r in plain_rows if r.get("faithfulness") is not None and r.get("correct") is not None]
+    figures = agreement_figures(rows)
+    agreements = figures["agreements"]
     entry = {
         "strategies": names, "model": args.model, "judge_model": args.judge_model,
-        "kendall_tau": {name: a["tau"] for name, a in agreements.items()},
-        "kendall_tau_interval95": {name: a["interval95"] for name, a in agreements.items()},
-        "judge_auc": round(roc_auc([p for p, _ in judged], [y for _, y in judged]), 4) if judged else None,
-        "judge_n": len(judged), "judge_task": args.judge_task, "corpus_paragraphs": len(docs),
+        "kendall_tau": figures["kendall_tau"], "kendall_tau_interval95": figures["kendall_tau_interval95"], "split_half_tau": figures["split_half_tau"],
+        "judge_auc": figures["judge_auc"],
+        "judge_n": figures["judge_n"], "judge_task": args.judge_task, "corpus_paragraphs": len(docs),
         "generated": {"requested": generation["requested"], "accepted": generation["accepted"], "by_kind": generation["by_kind"],
                       "rejected_by_reason": generation["rejected_by_reason"], "llm_calls": generation["llm_calls"]},
         "per_strategy": {which: {n: {"mrr": agreements["retrieval"][which][n], "correct": agreements["answer"][which][n],
                                      "p50_s": results[which][n]["aggregates"].get("latency_s", {}).get("p50"), "n": results[which][n]["aggregates"]["rows"]}
                                  for n in names} for which in results},
-        "scored_items": {name: {"generated": a["n_generated"], "real": a["n_real"]} for name, a in agreements.items()},
+        "scored_items": figures["scored_items"],
         "paragraphs": args.paragraphs, "seed": SEED, "real_questions": len(load_testset(real_path)[0]),
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1),
     }

@@ -13,10 +13,17 @@ dense, a keyword and a hybrid search from one client (``--queries`` real SQuAD d
 once beforehand: the query embedding is excluded), hybrid questions per second with 4 concurrent
 clients (threads), dense recall@10 against exact search over the same vectors (numpy), filtered
 hybrid searches at 10 % and 1 % selectivity (shards) with the mean number of results returned (of 10),
-the server's memory (PSS of its process tree), this process's RSS, and the data's disk size.
+the server's memory (PSS of its process tree, at the end and its peak), this process's RSS, and the data's
+disk size.
+
+A server that would take the machine's last memory is stopped, by its process id, when the memory
+available falls under ``--keep-free-mb`` (a 2-core laptop swapping helps nobody), and so is one that
+dies: the entry then says where it stopped (``failed``: stage, chunks written, seconds, the server's peak
+memory) instead of a figure, so a size a backend cannot reach on this machine is a measured result too.
 
     .venv/bin/python bench/scale.py --chunks 100000 --backends local,pgvector,milvus
     .venv/bin/python bench/scale.py --chunks 1000000 --backends local
+    .venv/bin/python bench/scale.py --chunks 1000000 --backends milvus --queries 20
 
 Writes ``bench/results/scale.json`` (one entry per backend and size).
 """
@@ -24,9 +31,10 @@ Writes ``bench/results/scale.json`` (one entry per backend and size).
 from __future__ import annotations
 
 import argparse
-import shutil
 import json
 import os
+import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -91,6 +99,58 @@ def tree_pss_mb(pid: int) -> float:
     return total / 2**20
 
 
+def available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+def kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def server_alive(server) -> bool:
+    from ragkit.index.servers import pid_alive
+
+    return server.process.poll() is None if server.process is not None else pid_alive(server.pid)
+
+
+class MemoryGuard(threading.Thread):
+    """Samples a server's memory every few seconds; stops the server (SIGKILL to its process tree, by
+    pid) when the machine's available memory falls under ``keep_free_mb``, and says why in ``stopped``."""
+
+    def __init__(self, pid: int, keep_free_mb: float, every_s: float = 3.0):
+        super().__init__(daemon=True)
+        self.pid, self.keep_free_mb, self.every_s = pid, keep_free_mb, every_s
+        self.peak_mb, self.stopped, self._done = 0.0, None, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.peak_mb = max(self.peak_mb, tree_pss_mb(self.pid))
+            free = available_mb()
+            if free < self.keep_free_mb:
+                self.stopped = (f"the machine had {free:,.0f} MB available (under {self.keep_free_mb:,.0f}) with the server "
+                                f"at {self.peak_mb:,.0f} MB: stopped it")
+                kill_tree(self.pid)
+                return
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join()
+
+
 def folder_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
 
@@ -147,6 +207,7 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--backends", default="local,pgvector,milvus")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--keep-free-mb", type=float, default=2500, help="stop a server that leaves the machine less memory than this")
     args = parser.parse_args()
 
     import psutil
@@ -172,32 +233,53 @@ def main() -> int:
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for backend in args.backends.split(","):
         folder = tempfile.mkdtemp(prefix=f"ragkit-scale-{backend}-")
-        server = None
+        server = guard = None
+        stage, written = "start", 0
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
             if backend == "local":
+                stage = "ingest"
                 index = RagIndex(embedder="all-MiniLM-L6-v2", dim=vectors.shape[1], dense_index="hnsw")
                 for start in range(0, args.chunks, 20_000):
                     index.add(chunk_docs(vectors, texts, which, start, min(start + 20_000, args.chunks)))
+                    written = min(start + 20_000, args.chunks)
                 index.save(Path(folder) / "index")
                 index = RagIndex.load(Path(folder) / "index")
                 retriever = HybridRetriever(index, ModelConfig(), embedder=embedder_host.embedder)
                 retriever.retrieve("warm up", top_k=10, mode="hybrid", query_embedding=queries[0][1])  # builds bm25s's matrix
             else:
                 server = (start_postgres if backend == "pgvector" else start_milvus)(folder)
+                guard = MemoryGuard(server.pid, args.keep_free_mb)
+                guard.start()
+                stage = "ingest"
                 index = open_store(server.url, embedder="all-MiniLM-L6-v2", dim=vectors.shape[1])
                 average = float(np.mean([len(t) for t in index._tokenizer.tokens(texts)]))
                 with index.write_lock():
                     for start in range(0, args.chunks, 5_000):
                         index.add(chunk_docs(vectors, texts, which, start, min(start + 5_000, args.chunks)), average_length=average)
+                        written = min(start + 5_000, args.chunks)
+                        if written % 100_000 == 0:
+                            print(f"{backend}: {written:,} chunks in {time.perf_counter() - t0:.0f} s, server {guard.peak_mb:,.0f} MB", flush=True)
                     index.analyze()
                 retriever = HybridRetriever(index, ModelConfig(), embedder=embedder_host.embedder)
             ingest_s = time.perf_counter() - t0
+            stage = "search"
             entry = {"chunks": args.chunks, "ingest_s": round(ingest_s, 1), **measure(index, retriever, queries, vectors, exact_top),
                      "server_pss_mb": round(tree_pss_mb(server.pid), 1) if server else None,
                      "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1),
                      "disk_mb": round(folder_mb(folder), 1)}
+            if guard is not None:
+                entry["server_peak_pss_mb"] = round(guard.peak_mb, 1)
+        except Exception as error:  # noqa: BLE001 - a backend that cannot reach this size is a result to record
+            if server is None or guard is None or (guard.stopped is None and server_alive(server)):
+                raise  # a bug here, not the server giving out
+            reason = guard.stopped or f"the server exited: {type(error).__name__}: {str(error)[:200]}"
+            entry = {"chunks": args.chunks, "failed": {"stage": stage, "chunks_written": written, "seconds": round(time.perf_counter() - t0, 1),
+                                                       "reason": reason, "server_peak_pss_mb": round(guard.peak_mb, 1),
+                                                       "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1)}}
         finally:
+            if guard is not None:
+                guard.finish()
             if server is not None:
                 server.stop()
             shutil.rmtree(folder, ignore_errors=True)  # a 1M-chunk run leaves ~12 GB otherwise

@@ -285,7 +285,8 @@ def summary_table() -> str:
     if scale and "1000000" in scale and "local" in scale["1000000"]:
         e = scale["1000000"]["local"]
         sizes = sorted((k for k in scale if k.isdigit()), key=int)
-        largest = {b: max((k for k in sizes if b in scale[k]), key=int) for b in ("pgvector", "milvus") if any(b in scale[k] for k in sizes)}
+        reached = {b: [k for k in sizes if b in scale[k] and "failed" not in scale[k][b]] for b in ("pgvector", "milvus")}
+        largest = {b: max(ks, key=int) for b, ks in reached.items() if ks}
         servers = "; ".join(f"{b} {scale[k][b]['latency_ms']['hybrid']['p50']:.1f} ms at {'1M' if k == '1000000' else f'{int(k) // 1000}k'}"
                             for b, k in largest.items())
         rows.append(f"| the index at scale | local hybrid search p50 {e['latency_ms']['hybrid']['p50']:.1f} ms at 1M chunks (dense recall@10 {e['dense_recall@10']:.2f}, "
@@ -358,10 +359,15 @@ def agreement_table(d: dict) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
         return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
-    lines = ["| set | strategies | Kendall τ, retrieval (MRR) [95% CI] | Kendall τ, answers (share right) [95% CI] | judge AUC (n) | generated items (asked) | real questions | model / judge |",
-             "|" + " --- |" * 8]
+    def itself(e: dict, which: str) -> str:
+        half = (e.get("split_half_tau") or {}).get(which)
+        return f"{half['real']['median']:.2f} / {half['generated']['median']:.2f}" if half else "–"
+
+    lines = ["| set | strategies | Kendall τ, retrieval (MRR) [95% CI] | Kendall τ, answers (share right) [95% CI] | "
+             "each ranking with itself, split-half τ real / generated: retrieval; answers | judge AUC (n) | generated items (asked) | real questions | model / judge |",
+             "|" + " --- |" * 9]
     for name, e in d["sets"].items():
-        lines.append(f"| {name} | {len(e['strategies'])} | {tau(e, 'retrieval')} | {tau(e, 'answer')} | "
+        lines.append(f"| {name} | {len(e['strategies'])} | {tau(e, 'retrieval')} | {tau(e, 'answer')} | {itself(e, 'retrieval')}; {itself(e, 'answer')} | "
                      f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
                      f"{e['real_questions']} | {e['model'].split('-')[-1]} / {e['judge_model'].split('-')[-1]} |")
     strategies = next(iter(d["sets"].values()))["strategies"]
@@ -372,7 +378,10 @@ def agreement_table(d: dict) -> str:
             lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
     commands = ", ".join(f"`{e['command']}`" for e in d["sets"].values())
     lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "
-              f"the questions (the answers' τ over the generated set's answerable items: neither SQuAD v1.1 dev nor SQuAD-Shifts new_wiki has an unanswerable question). {commands}"]
+              "the questions (the answers' τ over the generated set's answerable items: neither SQuAD v1.1 dev nor SQuAD-Shifts new_wiki has an unanswerable question). "
+              "Split-half τ: one set's questions split at random into two halves, τ between the halves' rankings (median of 1,000 splits) — "
+              "how far a ranking at half that size agrees with itself, so a low one says that set's order is noise. "
+              f"{commands}"]
     return "\n".join(lines)
 
 
@@ -452,6 +461,12 @@ def scale_table(d: dict) -> str:
             "filtered 10 % / 1 %: results of 10 | server MB | ragkit MB | disk MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sorted((k for k in d if k.isdigit()), key=int):
         for backend, e in d[size].items():
+            if "failed" in e:  # a size the backend could not reach on this machine: where it stopped
+                x = e["failed"]
+                rows.append(f"| {int(size):,} | {backend} | stopped during {x['stage']} after {x['chunks_written']:,} chunks "
+                            f"({x['seconds']:,.0f} s): {x['reason']} | – | – | – | – | – | {x['server_peak_pss_mb']:,.0f} (peak) | "
+                            f"{x['ragkit_rss_mb']:,.0f} | – |")
+                continue
             lat, f = e["latency_ms"], e["filtered"]
             server = f"{e['server_pss_mb']:,.0f}" if e.get("server_pss_mb") else "–"
             rows.append(f"| {int(size):,} | {backend} | {e['ingest_s']:,.0f} | {lat['dense']['p50']:.1f} / {lat['sparse']['p50']:.1f} / {lat['hybrid']['p50']:.1f} | "

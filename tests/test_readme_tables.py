@@ -45,3 +45,15 @@ def test_shipped_judge_thresholds_are_the_committed_calibration():
     results = json.loads((ROOT / "bench" / "results" / "judge_squad.json").read_text())["results"]
     calibrated = {model: r["with_question"]["calibrated"]["threshold"] for model, r in results.items()}
     assert CALIBRATED_SUPPORT_THRESHOLDS == calibrated, "update CALIBRATED_SUPPORT_THRESHOLDS after bench/judge_squad.py"
+
+
+def test_a_size_a_backend_could_not_reach_is_a_row_that_says_where_it_stopped():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    failed = {"chunks": 1_000_000, "failed": {"stage": "ingest", "chunks_written": 415_000, "seconds": 1234.5, "server_peak_pss_mb": 19_876.0,
+                                            "reason": "the machine had 2,400 MB available (under 2,500) with the server at 19,876 MB: stopped it",
+                                            "ragkit_rss_mb": 3_000.0}}
+    row = tables.scale_table({"1000000": {"milvus": failed}}).splitlines()[-1]
+    assert row.startswith("| 1,000,000 | milvus | stopped during ingest after 415,000 chunks (1,234 s): the machine had 2,400 MB")
+    assert "19,876 (peak)" in row and row.count("|") == 12  # the table's 11 columns
