@@ -87,7 +87,7 @@ def tool_use(rows: list[dict], results: list, budget: int) -> dict:
         row.update({
             "exit_reason": result.exit_reason, "tool_calls": stats.get("tool_calls", 0), "searched": bool(stats.get("searched")),
             "unparsed_tool_calls": stats.get("unparsed_tool_calls", 0), "tool_call_formats": stats.get("tool_call_formats", {}),
-            "agent": result.details.get("agent", []), "error": result.error,
+            "agent": result.details.get("agent", []), "error": result.error, "confidence": result.confidence,
             "over_budget": row["llm_calls"] > budget,  # planning's call_budget knows Features only
         })
     formats = Counter()

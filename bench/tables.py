@@ -186,6 +186,25 @@ def agent_table(d: dict, sections: tuple = (("two_part", "two-part (SQuAD dev)")
     return "\n".join(lines) + f"\n\nDecompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each). {commands}"
 
 
+def agent_halves_table(halves: list[tuple[dict | None, str]]) -> str:
+    """One agent table for a run made in parts (each its own process, baselines in the same run), with the
+    parts pooled: parts answered are means over two parts a question, so the pooled share weights each run by n."""
+    halves = [(d, label) for d, label in halves if d]
+    tables = [agent_table(d, (("two_part", label),)).split("\n\n") for d, label in halves]
+    lines = tables[0][0].splitlines() + [line for t in tables[1:] for line in t[0].splitlines()[2:]]
+    commands = ", ".join(t[1].split(". ", 1)[1] for t in tables)
+    text = "\n".join(lines) + "\n\nDecompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each). "
+    entries = [m["agent"] for d, _ in halves for m in d["two_part"].values()]
+    if len(entries) > 1:
+        n = sum(e["n"] for e in entries)
+        pooled = {name: sum(e["n"] * pick(e)["parts_answered"] for e in entries) / n
+                  for name, pick in (("agent", lambda e: e), ("decompose", lambda e: e["same_run"]["decompose"]), ("plain", lambda e: e["plain_same_run"]))}
+        text += (f"Pooled over the {len(entries)} runs ({n} questions, {2 * n} parts): agent {pooled['agent']:.1%} of parts answered, "
+                 f"decompose {pooled['decompose']:.1%}, plain {pooled['plain']:.1%}; unreadable tool calls {sum(e['unparsed_tool_calls'] for e in entries)}, "
+                 f"budget violations {sum(e['budget_violations'] for e in entries)}. ")
+    return text + commands
+
+
 def expansion_table(d: dict) -> str:
     """bench/results/expansion.json: BM25 (and the hybrid) with and without query expansion, test slices."""
     lines = ["| set | keyword side | BM25 MRR@10 | BM25 Recall@10 | helped / hurt | hybrid MRR@10 | hybrid Recall@10 | added ms p50 | LLM calls/q |",
@@ -568,7 +587,8 @@ def tables() -> dict[str, str]:
     if load("agent_unseen_pairs.json"):
         out["agent_unseen_pairs.json"] = agent_table(load("agent_unseen_pairs.json"), (("two_part", "two-part, pairs 201–260 (SQuAD dev)"),))
     if load("agent_two_part_1.5b.json"):
-        out["agent_two_part_1.5b.json"] = agent_table(load("agent_two_part_1.5b.json"), (("two_part", "two-part, pairs 1–100 (SQuAD dev)"),))
+        out["agent_two_part_1.5b.json"] = agent_halves_table([(load("agent_two_part_1.5b.json"), "two-part, pairs 1–100 (SQuAD dev)"),
+                                                              (load("agent_two_part_1.5b_pairs_101_200.json"), "two-part, pairs 101–200 (SQuAD dev)")])
     for name, fn in (("expansion.json", expansion_table), ("fallback.json", fallback_table)):
         if load(name):
             out[name] = fn(load(name))
