@@ -27,11 +27,11 @@ choice is made from this script's figures.
     .venv/bin/python bench/eval_agreement.py --set squad_dev --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set squad_dev --rescore   # the figures again from the finished runs' rows
+    -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 
 ``--real`` above 120 keeps the first runs' 120 real questions and adds a second seeded draw from the
 paragraphs' other questions (their answers for the 120 come from the LLM cache): the split-half τ of
 the real rankings at 120 says they are mostly noise at that size.
-    -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 """
 
 from __future__ import annotations

@@ -99,13 +99,6 @@ def tree_pss_mb(pid: int) -> float:
     return total / 2**20
 
 
-def available_mb() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 1024
-    return float("inf")
-
-
 def kill_tree(pid: int) -> None:
     import psutil
 
@@ -137,9 +130,11 @@ class MemoryGuard(threading.Thread):
         self.peak_mb, self.stopped, self._done = 0.0, None, threading.Event()
 
     def run(self) -> None:
+        import psutil
+
         while not self._done.wait(self.every_s):
             self.peak_mb = max(self.peak_mb, tree_pss_mb(self.pid))
-            free = available_mb()
+            free = psutil.virtual_memory().available / 2**20
             if free < self.keep_free_mb:
                 self.stopped = (f"the machine had {free:,.0f} MB available (under {self.keep_free_mb:,.0f}) with the server "
                                 f"at {self.peak_mb:,.0f} MB: stopped it")

@@ -160,12 +160,15 @@ def planning_table(d: dict) -> str:
 AGENT_LABELS = {"agent": "agent (grammar)", "agent_text": "agent (text tool calls)"}
 
 
-def agent_table(d: dict, sections: tuple = (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)"))) -> str:
-    """bench/results/planning.json's agent rows: how the grammar-constrained agent used its tools, beside
-    the fixed workflow asked in the same run (agent_unseen_pairs.json: the same on other pairs)."""
-    lines = ["| questions | model | agent | n | parts answered | same run: decompose / multi_hop | unreadable tool calls | no tool call | "
-             "LLM calls median (mean) | p50 s | confidence ECE (n) | exit reasons | budget violations |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+AGENT_HEADER = ["| questions | model | agent | n | parts answered | same run: decompose / multi_hop | unreadable tool calls | no tool call | "
+                "LLM calls median (mean) | p50 s | confidence ECE (n) | exit reasons | budget violations |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+AGENT_FOOTER = "Decompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each)."
+
+
+def agent_rows(d: dict, sections: tuple) -> list[str]:
+    """One table row per model and agent configuration of each section."""
+    lines = []
     for section, section_label in sections:
         for model, s in (d.get(section) or {}).items():
             for config in ("agent", "agent_text"):
@@ -182,18 +185,25 @@ def agent_table(d: dict, sections: tuple = (("two_part", "two-part (SQuAD dev)")
                 lines.append(f"| {section_label} | {model.replace('qwen2.5-coder-', '')} | {AGENT_LABELS[config]} | {r['n']} | {r['parts_answered']:.1%} | {fixed} | "
                              f"{r.get('unparsed_tool_calls', 0)} | {no_tool:.1%} | {calls} | {r['p50_s']:.2f} | "
                              f"{ece} | {exits} | {r.get('budget_violations', 0)} |")
-    commands = ", ".join(f"`{c}`" for k, c in d.get("commands", {}).items() if "/agent" in k)
-    return "\n".join(lines) + f"\n\nDecompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each). {commands}"
+    return lines
+
+
+def agent_commands(d: dict) -> str:
+    return ", ".join(f"`{c}`" for k, c in d.get("commands", {}).items() if "/agent" in k)
+
+
+def agent_table(d: dict, sections: tuple = (("two_part", "two-part (SQuAD dev)"), ("bridge", "bridge (sample_docs)"))) -> str:
+    """bench/results/planning.json's agent rows: how the grammar-constrained agent used its tools, beside
+    the fixed workflow asked in the same run (agent_unseen_pairs.json: the same on other pairs)."""
+    return "\n".join(AGENT_HEADER + agent_rows(d, sections)) + f"\n\n{AGENT_FOOTER} {agent_commands(d)}"
 
 
 def agent_halves_table(halves: list[tuple[dict | None, str]]) -> str:
     """One agent table for a run made in parts (each its own process, baselines in the same run), with the
     parts pooled: parts answered are means over two parts a question, so the pooled share weights each run by n."""
     halves = [(d, label) for d, label in halves if d]
-    tables = [agent_table(d, (("two_part", label),)).split("\n\n") for d, label in halves]
-    lines = tables[0][0].splitlines() + [line for t in tables[1:] for line in t[0].splitlines()[2:]]
-    commands = ", ".join(t[1].split(". ", 1)[1] for t in tables)
-    text = "\n".join(lines) + "\n\nDecompose and multi_hop asked in the agent's own run (same process, same questions, cold prompt cache each). "
+    rows = [row for d, label in halves for row in agent_rows(d, (("two_part", label),))]
+    text = "\n".join(AGENT_HEADER + rows) + f"\n\n{AGENT_FOOTER} "
     entries = [m["agent"] for d, _ in halves for m in d["two_part"].values()]
     if len(entries) > 1:
         n = sum(e["n"] for e in entries)
@@ -202,7 +212,7 @@ def agent_halves_table(halves: list[tuple[dict | None, str]]) -> str:
         text += (f"Pooled over the {len(entries)} runs ({n} questions, {2 * n} parts): agent {pooled['agent']:.1%} of parts answered, "
                  f"decompose {pooled['decompose']:.1%}, plain {pooled['plain']:.1%}; unreadable tool calls {sum(e['unparsed_tool_calls'] for e in entries)}, "
                  f"budget violations {sum(e['budget_violations'] for e in entries)}. ")
-    return text + commands
+    return text + ", ".join(agent_commands(d) for d, _ in halves)
 
 
 def expansion_table(d: dict) -> str:
