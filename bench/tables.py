@@ -209,8 +209,9 @@ def agent_halves_table(halves: list[tuple[dict | None, str]]) -> str:
         n = sum(e["n"] for e in entries)
         pooled = {name: sum(e["n"] * pick(e)["parts_answered"] for e in entries) / n
                   for name, pick in (("agent", lambda e: e), ("decompose", lambda e: e["same_run"]["decompose"]), ("plain", lambda e: e["plain_same_run"]))}
-        text += (f"Pooled over the {len(entries)} runs ({n} questions, {2 * n} parts): agent {pooled['agent']:.1%} of parts answered, "
-                 f"decompose {pooled['decompose']:.1%}, plain {pooled['plain']:.1%}; unreadable tool calls {sum(e['unparsed_tool_calls'] for e in entries)}, "
+        # each run's share is a multiple of 0.5 %, so the pooled one needs two decimals (64.25 %, not 64.2 %)
+        text += (f"Pooled over the {len(entries)} runs ({n} questions, {2 * n} parts): agent {pooled['agent']:.2%} of parts answered, "
+                 f"decompose {pooled['decompose']:.2%}, plain {pooled['plain']:.2%}; unreadable tool calls {sum(e['unparsed_tool_calls'] for e in entries)}, "
                  f"budget violations {sum(e['budget_violations'] for e in entries)}. ")
     return text + ", ".join(agent_commands(d) for d, _ in halves)
 
