@@ -23,7 +23,7 @@ memory) instead of a figure, so a size a backend cannot reach on this machine is
 
     .venv/bin/python bench/scale.py --chunks 100000 --backends local,pgvector,milvus
     .venv/bin/python bench/scale.py --chunks 1000000 --backends local
-    .venv/bin/python bench/scale.py --chunks 1000000 --backends milvus --queries 20
+    .venv/bin/python bench/scale.py --chunks 1000000 --backends milvus --queries 20 --search-budget-s 400
 
 Writes ``bench/results/scale.json`` (one entry per backend and size).
 """
@@ -155,36 +155,59 @@ def percentiles(ms: list[float]) -> dict:
     return {"p50": round(float(q[0]), 2), "p95": round(float(q[1]), 2), "p99": round(float(q[2]), 2)}
 
 
-def measure(index, retriever, queries, vectors, exact_top):
-    """Latency per mode, recall@10, filtered searches, 4-client throughput."""
+def measure(index, retriever, queries, vectors, exact_top, budget_s: float | None = None, into: dict | None = None):
+    """Latency per mode, recall@10, filtered searches, 4-client throughput, each written into ``into`` as
+    its stage ends (so a server that stops mid-way leaves the stages it finished) and returned.
+
+    With ``budget_s``, each stage (the unfiltered questions in three modes, then each selectivity) stops
+    asking new questions once it has run that long, after one question at least; ``searches`` says how
+    many each stage asked, so a slow backend gives fewer, stated samples rather than no row."""
+    out = into if into is not None else {}
     timings = {"dense": [], "sparse": [], "hybrid": []}
     recall = []
+    searches = {}
+    out["stage"] = "search: unfiltered"
+    stage_start = time.perf_counter()
     for (text, vector), exact in zip(queries, exact_top):
+        if budget_s is not None and recall and time.perf_counter() - stage_start > budget_s:
+            break
         for mode in timings:
             t = time.perf_counter()
             found = retriever.retrieve(text, top_k=10, mode=mode, query_embedding=vector).documents
             timings[mode].append((time.perf_counter() - t) * 1000)
             if mode == "dense":
                 recall.append(len({d.id for d in found} & exact) / 10)
-    filtered = {}
+    searches["unfiltered"] = len(recall)
+    out.update({"latency_ms": {mode: percentiles(v) for mode, v in timings.items()}, "dense_recall@10": round(statistics.mean(recall), 4),
+                "searches": searches, **({"search_budget_s": budget_s} if budget_s is not None else {})})
+    filtered = out["filtered"] = {}
     for label, shards in (("10%", list(range(10))), ("1%", [0])):
+        out["stage"] = f"search: filtered {label}"
         got, ms = [], []
+        stage_start = time.perf_counter()
         for text, vector in queries[:100]:
+            if budget_s is not None and got and time.perf_counter() - stage_start > budget_s:
+                break
             t = time.perf_counter()
             found = retriever.retrieve(text, top_k=10, mode="hybrid", query_embedding=vector, filters={"shard": shards}).documents
             ms.append((time.perf_counter() - t) * 1000)
             got.append(len(found))
         filtered[label] = {"returned_of_10": round(statistics.mean(got), 2), **percentiles(ms)}
-    done, lock, stop_at = [0], threading.Lock(), time.perf_counter() + 20
+        searches[f"filtered_{label}"] = len(got)
+    out["stage"] = "search: 4 clients"
+    done, errors, lock, stop_at = [0], [], threading.Lock(), time.perf_counter() + 20
 
     def client(offset: int) -> None:
         i = offset
-        while time.perf_counter() < stop_at:
-            text, vector = queries[i % len(queries)]
-            retriever.retrieve(text, top_k=10, mode="hybrid", query_embedding=vector)
-            with lock:
-                done[0] += 1
-            i += 4
+        try:
+            while time.perf_counter() < stop_at:
+                text, vector = queries[i % len(queries)]
+                retriever.retrieve(text, top_k=10, mode="hybrid", query_embedding=vector)
+                with lock:
+                    done[0] += 1
+                i += 4
+        except Exception as error:  # noqa: BLE001 - raised in the main thread below: a dead client is no throughput figure
+            errors.append(error)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
@@ -192,9 +215,12 @@ def measure(index, retriever, queries, vectors, exact_top):
         th.start()
     for th in threads:
         th.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of 4 clients failed: {type(errors[0]).__name__}: {str(errors[0])[:200]}") from errors[0]
     qps = done[0] / (time.perf_counter() - started)
-    return {"latency_ms": {mode: percentiles(v) for mode, v in timings.items()}, "dense_recall@10": round(statistics.mean(recall), 4),
-            "filtered": filtered, "hybrid_qps_4_clients": round(qps, 1)}
+    out["hybrid_qps_4_clients"] = float(f"{qps:.3g}")  # three significant figures: a slow server's 0.03 q/s is not 0.0
+    del out["stage"]
+    return out
 
 
 def main() -> int:
@@ -203,6 +229,8 @@ def main() -> int:
     parser.add_argument("--backends", default="local,pgvector,milvus")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--keep-free-mb", type=float, default=2500, help="stop a server that leaves the machine less memory than this")
+    parser.add_argument("--search-budget-s", type=float, default=None,
+                        help="stop each search stage after this many seconds (one question at least); the entry says how many each asked")
     args = parser.parse_args()
 
     import psutil
@@ -229,7 +257,7 @@ def main() -> int:
     for backend in args.backends.split(","):
         folder = tempfile.mkdtemp(prefix=f"ragkit-scale-{backend}-")
         server = guard = None
-        stage, written = "start", 0
+        stage, written, measured = "start", 0, {}
         t0 = time.perf_counter()
         try:
             if backend == "local":
@@ -259,7 +287,8 @@ def main() -> int:
                 retriever = HybridRetriever(index, ModelConfig(), embedder=embedder_host.embedder)
             ingest_s = time.perf_counter() - t0
             stage = "search"
-            entry = {"chunks": args.chunks, "ingest_s": round(ingest_s, 1), **measure(index, retriever, queries, vectors, exact_top),
+            entry = {"chunks": args.chunks, "ingest_s": round(ingest_s, 1),
+                     **measure(index, retriever, queries, vectors, exact_top, args.search_budget_s, into=measured),
                      "server_pss_mb": round(tree_pss_mb(server.pid), 1) if server else None,
                      "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1),
                      "disk_mb": round(folder_mb(folder), 1)}
@@ -269,9 +298,13 @@ def main() -> int:
             if server is None or guard is None or (guard.stopped is None and server_alive(server)):
                 raise  # a bug here, not the server giving out
             reason = guard.stopped or f"the server exited: {type(error).__name__}: {str(error)[:200]}"
-            entry = {"chunks": args.chunks, "failed": {"stage": stage, "chunks_written": written, "seconds": round(time.perf_counter() - t0, 1),
-                                                       "reason": reason, "server_peak_pss_mb": round(guard.peak_mb, 1),
-                                                       "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1)}}
+            if measured:  # the ingest finished: the search stages done before the stop are figures too
+                stage = measured.pop("stage", stage)
+                measured = {"ingest_s": round(ingest_s, 1), **measured}
+            entry = {"chunks": args.chunks, **measured,
+                     "failed": {"stage": stage, "chunks_written": written, "seconds": round(time.perf_counter() - t0, 1),
+                                "reason": reason, "server_peak_pss_mb": round(guard.peak_mb, 1),
+                                "ragkit_rss_mb": round(psutil.Process(os.getpid()).memory_info().rss / 2**20, 1)}}
         finally:
             if guard is not None:
                 guard.finish()

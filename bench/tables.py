@@ -315,9 +315,9 @@ def summary_table() -> str:
     if scale and "1000000" in scale and "local" in scale["1000000"]:
         e = scale["1000000"]["local"]
         sizes = sorted((k for k in scale if k.isdigit()), key=int)
-        reached = {b: [k for k in sizes if b in scale[k] and "failed" not in scale[k][b]] for b in ("pgvector", "milvus")}
+        reached = {b: [k for k in sizes if "latency_ms" in scale[k].get(b, {})] for b in ("pgvector", "milvus")}  # searched, stopped later or not
         largest = {b: max(ks, key=int) for b, ks in reached.items() if ks}
-        servers = "; ".join(f"{b} {scale[k][b]['latency_ms']['hybrid']['p50']:.1f} ms at {'1M' if k == '1000000' else f'{int(k) // 1000}k'}"
+        servers = "; ".join(f"{b} {_ms(scale[k][b]['latency_ms']['hybrid']['p50'])} at {'1M' if k == '1000000' else f'{int(k) // 1000}k'}"
                             for b, k in largest.items())
         rows.append(f"| the index at scale | local hybrid search p50 {e['latency_ms']['hybrid']['p50']:.1f} ms at 1M chunks (dense recall@10 {e['dense_recall@10']:.2f}, "
                     f"{e['hybrid_qps_4_clients']:g} q/s with 4 clients); {servers} | replicated real SQuAD vectors, query embedding excluded, 2 cores | "
@@ -486,22 +486,39 @@ def store_parity_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def _ms(ms: float) -> str:
+    """A latency as a reader takes it in: milliseconds, or seconds from one second up."""
+    return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
 def scale_table(d: dict) -> str:
     rows = ["| chunks | backend | ingest s | p50 ms dense / keyword / hybrid | hybrid p95 / p99 ms | hybrid q/s, 4 clients | dense recall@10 | "
             "filtered 10 % / 1 %: results of 10 | server MB | ragkit MB | disk MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sorted((k for k in d if k.isdigit()), key=int):
         for backend, e in d[size].items():
-            if "failed" in e:  # a size the backend could not reach on this machine: where it stopped
+            if "failed" in e and "latency_ms" not in e:  # a size the backend could not reach on this machine: where it stopped
                 x = e["failed"]
                 rows.append(f"| {int(size):,} | {backend} | stopped during {x['stage']} after {x['chunks_written']:,} chunks "
                             f"({x['seconds']:,.0f} s): {x['reason']} | – | – | – | – | – | {x['server_peak_pss_mb']:,.0f} (peak) | "
                             f"{x['ragkit_rss_mb']:,.0f} | – |")
                 continue
-            lat, f = e["latency_ms"], e["filtered"]
+            lat, f = e["latency_ms"], e.get("filtered", {})
             server = f"{e['server_pss_mb']:,.0f}" if e.get("server_pss_mb") else "–"
-            rows.append(f"| {int(size):,} | {backend} | {e['ingest_s']:,.0f} | {lat['dense']['p50']:.1f} / {lat['sparse']['p50']:.1f} / {lat['hybrid']['p50']:.1f} | "
-                        f"{lat['hybrid']['p95']:.1f} / {lat['hybrid']['p99']:.1f} | {e['hybrid_qps_4_clients']:g} | {e['dense_recall@10']:.3f} | "
-                        f"{f['10%']['returned_of_10']:g} / {f['1%']['returned_of_10']:g} | {server} | {e['ragkit_rss_mb']:,.0f} | {e['disk_mb']:,.0f} |")
+            qps = f"{e['hybrid_qps_4_clients']:g}" if e.get("hybrid_qps_4_clients") is not None else "–"
+            ragkit_mb, disk = e.get("ragkit_rss_mb"), f"{e['disk_mb']:,.0f}" if "disk_mb" in e else "–"
+            if "failed" in e:  # searched, then stopped: the stages it finished are figures, the rest says where it stopped
+                x = e["failed"]
+                server, ragkit_mb = f"{x['server_peak_pss_mb']:,.0f} (peak)", x["ragkit_rss_mb"]
+                qps = f"– (stopped during {x['stage']}: {x['reason']})"
+            returned = " / ".join(f"{f[k]['returned_of_10']:g}" if k in f else "–" for k in ("10%", "1%"))
+            asked = filtered_asked = ""
+            if "search_budget_s" in e:  # a slow backend stopped each stage at a time budget: say how few searches the figures rest on
+                n = e["searches"]
+                asked = f" ({n['unfiltered']} questions, {e['search_budget_s']:g} s a stage)"
+                filtered_asked = f" ({n.get('filtered_10%', 0)} / {n.get('filtered_1%', 0)} searches)"
+            rows.append(f"| {int(size):,} | {backend} | {e['ingest_s']:,.0f} | {lat['dense']['p50']:.1f} / {lat['sparse']['p50']:.1f} / {lat['hybrid']['p50']:.1f}{asked} | "
+                        f"{lat['hybrid']['p95']:.1f} / {lat['hybrid']['p99']:.1f} | {qps} | {e['dense_recall@10']:.3f} | "
+                        f"{returned}{filtered_asked} | {server} | {ragkit_mb:,.0f} | {disk} |")
     return "\n".join(rows)
 
 

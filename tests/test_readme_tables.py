@@ -57,3 +57,34 @@ def test_a_size_a_backend_could_not_reach_is_a_row_that_says_where_it_stopped():
     row = tables.scale_table({"1000000": {"milvus": failed}}).splitlines()[-1]
     assert row.startswith("| 1,000,000 | milvus | stopped during ingest after 415,000 chunks (1,234 s): the machine had 2,400 MB")
     assert "19,876 (peak)" in row and row.count("|") == 12  # the table's 11 columns
+
+
+def test_a_row_measured_under_a_search_budget_says_how_many_searches_it_rests_on():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    ms = {"p50": 40_000.0, "p95": 50_000.0, "p99": 52_000.0}
+    entry = {"chunks": 1_000_000, "ingest_s": 1470.0, "latency_ms": {"dense": ms, "sparse": ms, "hybrid": ms}, "dense_recall@10": 1.0,
+             "filtered": {"10%": {"returned_of_10": 10, **ms}, "1%": {"returned_of_10": 9.5, **ms}}, "hybrid_qps_4_clients": 0.1,
+             "searches": {"unfiltered": 4, "filtered_10%": 2, "filtered_1%": 3}, "search_budget_s": 400.0,
+             "server_pss_mb": 13_000.0, "ragkit_rss_mb": 2_400.0, "disk_mb": 4_000.0}
+    row = tables.scale_table({"1000000": {"milvus": entry}}).splitlines()[-1]
+    assert "40000.0 / 40000.0 / 40000.0 (4 questions, 400 s a stage)" in row and "10 / 9.5 (2 / 3 searches)" in row
+    assert row.count("|") == 12
+    del entry["search_budget_s"]  # a run without a budget asked every question: no count shown
+    assert "questions" not in tables.scale_table({"1000000": {"milvus": entry}}).splitlines()[-1]
+
+
+def test_a_server_that_stopped_after_its_searches_keeps_them_and_says_where_it_stopped():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    ms = {"p50": 31_000.0, "p95": 40_000.0, "p99": 41_000.0}
+    entry = {"chunks": 1_000_000, "ingest_s": 1517.0, "latency_ms": {"dense": ms, "sparse": ms, "hybrid": ms}, "dense_recall@10": 1.0,
+             "searches": {"unfiltered": 4}, "search_budget_s": 400.0,
+             "failed": {"stage": "search: filtered 10%", "chunks_written": 1_000_000, "seconds": 3000.0, "reason": "the server exited",
+                        "server_peak_pss_mb": 19_196.0, "ragkit_rss_mb": 2_299.0}}
+    row = tables.scale_table({"1000000": {"milvus": entry}}).splitlines()[-1]
+    assert "31000.0 / 31000.0 / 31000.0 (4 questions, 400 s a stage)" in row
+    assert "– (stopped during search: filtered 10%: the server exited)" in row and "– / – (0 / 0 searches)" in row
+    assert "19,196 (peak) | 2,299 | – |" in row and row.count("|") == 12
