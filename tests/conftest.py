@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -18,6 +20,20 @@ from ragkit.config import FAST_LLM, RagConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = REPO / "sample_docs"
+
+
+@contextlib.contextmanager
+def bench_module(name: str):
+    """``bench/<name>.py`` imported as a module, with ``bench/`` on ``sys.path`` while it is in use (the bench
+    scripts import their siblings, some inside functions)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def fake_embedding(text: str, dim: int = 8) -> list[float]:

@@ -1,24 +1,18 @@
 """bench/eval_agreement.py's real questions: a larger set keeps the committed runs' draw and adds to it."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def agreement():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_eval_agreement", ROOT / "bench" / "eval_agreement.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_module("eval_agreement") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
 
 
 @pytest.mark.parametrize("set_name", ["squad_dev", "new_wiki"])

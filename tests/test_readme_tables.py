@@ -7,10 +7,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_and_docs_tables_match_the_committed_results():
+def load_tables():
     spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
+    return tables
+
+
+def test_readme_and_docs_tables_match_the_committed_results():
+    tables = load_tables()
     generated = tables.tables()
     assert {"summary", "agentic_squad.json", "judge_squad.json", "routing.json", "rerank_squad.json", "retrieval_squad.json"} <= set(generated)
     pages = {page.relative_to(ROOT).as_posix(): page.read_text() for page in tables.PAGES}
@@ -48,9 +53,7 @@ def test_shipped_judge_thresholds_are_the_committed_calibration():
 
 
 def test_a_size_a_backend_could_not_reach_is_a_row_that_says_where_it_stopped():
-    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    tables = load_tables()
     failed = {"chunks": 1_000_000, "failed": {"stage": "ingest", "chunks_written": 415_000, "seconds": 1234.5, "server_peak_pss_mb": 19_876.0,
                                             "reason": "the machine had 2,400 MB available (under 2,500) with the server at 19,876 MB: stopped it",
                                             "ragkit_rss_mb": 3_000.0}}
@@ -60,9 +63,7 @@ def test_a_size_a_backend_could_not_reach_is_a_row_that_says_where_it_stopped():
 
 
 def test_a_row_measured_under_a_search_budget_says_how_many_searches_it_rests_on():
-    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    tables = load_tables()
     ms = {"p50": 40_000.0, "p95": 50_000.0, "p99": 52_000.0}
     entry = {"chunks": 1_000_000, "ingest_s": 1470.0, "latency_ms": {"dense": ms, "sparse": ms, "hybrid": ms}, "dense_recall@10": 1.0,
              "filtered": {"10%": {"returned_of_10": 10, **ms}, "1%": {"returned_of_10": 9.5, **ms}}, "hybrid_qps_4_clients": 0.1,
@@ -76,9 +77,7 @@ def test_a_row_measured_under_a_search_budget_says_how_many_searches_it_rests_on
 
 
 def test_a_server_that_stopped_after_its_searches_keeps_them_and_says_where_it_stopped():
-    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    tables = load_tables()
     ms = {"p50": 31_000.0, "p95": 40_000.0, "p99": 41_000.0}
     entry = {"chunks": 1_000_000, "ingest_s": 1517.0, "latency_ms": {"dense": ms, "sparse": ms, "hybrid": ms}, "dense_recall@10": 1.0,
              "searches": {"unfiltered": 4}, "search_budget_s": 400.0,

@@ -1,27 +1,18 @@
 """bench/scale.py's measurement keeps what a server answered before it stopped, and never turns a dead
 client into a throughput figure (a Milvus Lite 1M run once recorded 0.0 q/s that way)."""
 
-import importlib.util
-import sys
 import threading
 import types
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def scale():
-    sys.path.insert(0, str(ROOT / "bench"))  # scale.py imports its sibling bench modules
-    try:
-        spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_module("scale") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
 
 
 class ServerThatStops:
