@@ -30,8 +30,14 @@ choice is made from this script's figures.
     -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 
 ``--real`` above 120 keeps the first runs' 120 real questions and adds a second seeded draw from the
-paragraphs' other questions (their answers for the 120 come from the LLM cache): the split-half τ of
-the real rankings at 120 says they are mostly noise at that size.
+paragraphs' other questions: the split-half τ of the real rankings at 120 says they are mostly noise at
+that size. Such a run writes its real set to ``{set}.real{N}.jsonl`` and its figures to the set's
+``larger_real`` section, beside the 120-question entry rather than over it; the judge does not read it
+(on plain's answers it costs ~15 s a question, more than every strategy's answers together), so the
+judge's AUC stays the 120-question run's:
+
+    .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240
+    .venv/bin/python bench/eval_agreement.py --set new_wiki --real 240 --rescore
 """
 
 from __future__ import annotations
@@ -147,20 +153,23 @@ def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
     }
 
 
-def rescore(set_name: str) -> int:
+def rescore(set_name: str, real: int) -> int:
     """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
     data = json.loads(OUT.read_text())
     entry = data["sets"][set_name]
-    folder = CACHE / "eval_agreement" / f"{set_name}-{entry['generated']['requested']}-{entry['real_questions']}"
+    larger = real > FIRST_REAL_DRAW
+    stored = entry["larger_real"] if larger else entry
+    folder = CACHE / "eval_agreement" / f"{set_name}-{entry['generated']['requested']}-{stored['real_questions']}"
     rows = {which: {n: load_run(folder / f"{which}-{n}")["rows"] for n in entry["strategies"]} for which in ("generated", "real")}
     figures = agreement_figures(rows)
-    changed = {k: (entry[k], figures[k]) for k in ("kendall_tau", "judge_auc") if entry.get(k) != figures[k]}
+    checked = ("kendall_tau",) if larger else ("kendall_tau", "judge_auc")
+    changed = {k: (stored[k], figures[k]) for k in checked if stored.get(k) != figures[k]}
     if changed:
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
-    entry.update({k: v for k, v in figures.items() if k != "agreements"})
-    entry["rescore_command"] = f"python bench/eval_agreement.py --set {set_name} --rescore"
+    stored.update({k: v for k, v in figures.items() if k not in ("agreements", *(("judge_auc", "judge_n") if larger else ()))})
+    stored["rescore_command"] = f"python bench/eval_agreement.py --set {set_name}{f' --real {real}' if larger else ''} --rescore"
     OUT.write_text(json.dumps(data, indent=1) + "\n")
-    print(json.dumps({k: entry[k] for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
+    print(json.dumps({k: stored.get(k) for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
     return 0
 
 
@@ -177,7 +186,7 @@ def main() -> int:
     parser.add_argument("--rescore", action="store_true", help="recompute the figures from the finished runs of --set (no LLM call)")
     args = parser.parse_args()
     if args.rescore:
-        return rescore(args.set)
+        return rescore(args.set, args.real)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -197,7 +206,8 @@ def main() -> int:
         save_testset(items, generated_path)
         report_path.write_text(json.dumps(report.summary(), indent=1) + "\n")
     generation = json.loads(report_path.read_text())
-    real_path = SETS_DIR / f"{args.set}.real.jsonl"
+    larger = args.real > FIRST_REAL_DRAW
+    real_path = SETS_DIR / (f"{args.set}.real{args.real}.jsonl" if larger else f"{args.set}.real.jsonl")
     if not real_path.exists() or len(load_testset(real_path)[0]) != args.real:
         save_testset(real_questions(args.set, set(chosen), args.real), real_path)
 
@@ -207,7 +217,7 @@ def main() -> int:
     for which, path in (("generated", generated_path), ("real", real_path)):
         items, _ = load_testset(path)
         for strategy in tqdm(strategies, desc=f"{args.set} {which}", file=sys.stderr):
-            judged = which == "real" and strategy.name == "plain"
+            judged = which == "real" and strategy.name == "plain" and not larger
             run = EvalRun.open(CACHE / "eval_agreement" / f"{args.set}-{args.generated}-{args.real}" / f"{which}-{strategy.label}", strategy, config, path, items,
                                known_chunks=set(index.chunks), judge_model=judge.label if judged else None, chat_generator=llm)
             rag = AgenticRAG(strategy.features, config=config, index=index, chat_generator=llm)
@@ -233,7 +243,12 @@ def main() -> int:
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1),
     }
     data = json.loads(OUT.read_text()) if OUT.exists() else {"sets": {}}
-    data["sets"][args.set] = entry
+    if larger:  # beside the 120-question entry, whose judge AUC it keeps
+        data["sets"][args.set]["larger_real"] = {key: entry[key] for key in (
+            "kendall_tau", "kendall_tau_interval95", "split_half_tau", "scored_items", "real_questions", "command", "seconds")} | {
+            "per_strategy": {"real": entry["per_strategy"]["real"]}}
+    else:
+        data["sets"][args.set] = entry
     data["run"] = run_facts()
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: v for k, v in entry.items() if k != "per_strategy"}, indent=1))

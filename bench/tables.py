@@ -286,7 +286,11 @@ def summary_table() -> str:
     rows = ["| what | measured | where | details |", "| --- | --- | --- | --- |"]
     agreement = load("eval_agreement.json")
     if agreement:
-        figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers, judge AUC "
+        def larger(e: dict) -> str:
+            more = e.get("larger_real")
+            return f" ({more['kendall_tau']['retrieval']:.2f}, {more['kendall_tau']['answer']:.2f} with {more['real_questions']} real questions)" if more else ""
+
+        figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers{larger(e)}, judge AUC "
                             f"{e['judge_auc']:.2f}" for name, e in agreement["sets"].items())
         rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
                     f"questions from 300 paragraphs a set, every paragraph indexed | [docs/evaluation.md](docs/evaluation.md) |")
@@ -400,13 +404,19 @@ def agreement_table(d: dict) -> str:
         lines.append(f"| {name} | {len(e['strategies'])} | {tau(e, 'retrieval')} | {tau(e, 'answer')} | {itself(e, 'retrieval')}; {itself(e, 'answer')} | "
                      f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
                      f"{e['real_questions']} | {e['model'].split('-')[-1]} / {e['judge_model'].split('-')[-1]} |")
+        if larger := e.get("larger_real"):  # the same generated runs against a larger real set; the judge read the 120 only
+            lines.append(f"| {name}, {larger['real_questions']} real questions | {len(e['strategies'])} | {tau(larger, 'retrieval')} | {tau(larger, 'answer')} | "
+                         f"{itself(larger, 'retrieval')}; {itself(larger, 'answer')} | – (judged on the {e['real_questions']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
+                         f"{larger['real_questions']} | {e['model'].split('-')[-1]} / – |")
     strategies = next(iter(d["sets"].values()))["strategies"]
     lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
     for name, e in d["sets"].items():
-        for which in ("generated", "real"):
-            per = e["per_strategy"][which]
+        sets = [("generated", e["per_strategy"]["generated"]), ("real", e["per_strategy"]["real"])]
+        if larger := e.get("larger_real"):
+            sets.append((f"real, {larger['real_questions']}", larger["per_strategy"]["real"]))
+        for which, per in sets:
             lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
-    commands = ", ".join(f"`{e['command']}`" for e in d["sets"].values())
+    commands = ", ".join(f"`{command}`" for e in d["sets"].values() for command in [e["command"]] + ([e["larger_real"]["command"]] if e.get("larger_real") else []))
     lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "
               "the questions (the answers' τ over the generated set's answerable items: neither SQuAD v1.1 dev nor SQuAD-Shifts new_wiki has an unanswerable question). "
               "Split-half τ: one set's questions split at random into two halves, τ between the halves' rankings (median of 1,000 splits) — "

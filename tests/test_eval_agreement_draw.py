@@ -1,4 +1,4 @@
-"""bench/eval_agreement.py's real questions: a larger set keeps the committed runs' draw and adds to it."""
+"""bench/eval_agreement.py: a larger real set keeps the committed runs' draw and adds to it; the figures and their table."""
 
 from pathlib import Path
 
@@ -27,3 +27,53 @@ def test_a_larger_real_set_holds_the_committed_one_and_adds_other_questions_of_t
     assert len({item.id for item in larger}) == 480
     assert all(item.chunks[0] in set(chosen) for item in larger)
     assert [item.id for item in agreement.real_questions(set_name, set(chosen), 480)] == [item.id for item in larger]  # seeded
+
+
+
+def test_each_committed_larger_real_set_is_the_scripts_own_draw(agreement):
+    """A ``{set}.real{N}.jsonl`` beside the 120-question set is what ``--real N`` draws, question for question."""
+    import re
+
+    from ragkit.eval.testset import load_testset
+
+    larger_sets = sorted((ROOT / "bench" / "results" / "eval_agreement").glob("*.real[0-9]*.jsonl"))
+    assert larger_sets, "the committed larger real set (new_wiki.real240.jsonl) is missing"
+    for path in larger_sets:
+        set_name, n = re.fullmatch(r"(.+)\.real(\d+)\.jsonl", path.name).groups()
+        _, chosen = agreement.sampled_paragraphs(set_name, 300)
+        drawn = [item.id for item in agreement.real_questions(set_name, set(chosen), int(n))]
+        assert [item.id for item in load_testset(path)[0]] == drawn, path.name
+
+def synthetic_rows(order: list[str], items: int = 40, prefix: str = "q") -> dict[str, list[dict]]:
+    """Rows where the strategies in ``order`` are worse to better by the same step on every question (MRR and answers)."""
+    rows = {}
+    for rank, name in enumerate(order):
+        rows[name] = [{"id": f"{prefix}{j}", "kind": "single", "mrr": (rank + 1) / len(order), "correct": (j % len(order)) <= rank,
+                       "faithfulness": 0.9 if (j % len(order)) <= rank else 0.2} for j in range(items)]
+    return rows
+
+
+def test_the_figures_agree_when_both_sets_rank_alike_and_disagree_when_they_reverse(agreement):
+    order = ["dense_only", "grading", "plain", "rerank"]
+    alike = agreement.agreement_figures({"generated": synthetic_rows(order, prefix="g"), "real": synthetic_rows(order)})
+    assert alike["kendall_tau"]["retrieval"] == alike["kendall_tau"]["answer"] == 1.0
+    assert alike["split_half_tau"]["retrieval"]["real"]["median"] == 1.0  # a ranking with no noise agrees with itself
+    assert alike["judge_auc"] == 1.0 and alike["judge_n"] == 40
+    reversed_ = agreement.agreement_figures({"generated": synthetic_rows(order[::-1], prefix="g"), "real": synthetic_rows(order)})
+    assert reversed_["kendall_tau"]["retrieval"] == reversed_["kendall_tau"]["answer"] == -1.0
+    assert reversed_["scored_items"]["retrieval"] == {"generated": 40, "real": 40}
+
+
+def test_the_agreement_table_shows_a_larger_real_set_beside_the_first(agreement):
+    import json
+
+    with bench_module("tables") as tables:
+        data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+        entry = data["sets"]["new_wiki"]
+        entry["larger_real"] = {"kendall_tau": {"retrieval": 0.5, "answer": 0.4}, "kendall_tau_interval95": {"retrieval": [0.1, 0.8], "answer": [0.0, 0.7]},
+                                "split_half_tau": entry["split_half_tau"], "real_questions": 480, "command": "python bench/eval_agreement.py --set new_wiki --real 480",
+                                "per_strategy": {"real": entry["per_strategy"]["real"]}}
+        table = tables.agreement_table(data)
+    assert "| new_wiki, 480 real questions | 9 | 0.50 [0.10, 0.80] | 0.40 [0.00, 0.70] |" in table
+    assert "– (judged on the 120)" in table and "| new_wiki | real, 480: MRR / right |" in table
+    assert "`python bench/eval_agreement.py --set new_wiki --real 480`" in table
