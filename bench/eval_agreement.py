@@ -166,7 +166,8 @@ def rescore(set_name: str, real: int) -> int:
     changed = {k: (stored[k], figures[k]) for k in checked if stored.get(k) != figures[k]}
     if changed:
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
-    stored.update({k: v for k, v in figures.items() if k not in ("agreements", *(("judge_auc", "judge_n") if larger else ()))})
+    unstored = {"agreements", "judge_auc", "judge_n"} if larger else {"agreements"}  # the larger set is not judged
+    stored.update({k: v for k, v in figures.items() if k not in unstored})
     stored["rescore_command"] = f"python bench/eval_agreement.py --set {set_name}{f' --real {real}' if larger else ''} --rescore"
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: stored.get(k) for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))

@@ -400,14 +400,15 @@ def agreement_table(d: dict) -> str:
     lines = ["| set | strategies | Kendall τ, retrieval (MRR) [95% CI] | Kendall τ, answers (share right) [95% CI] | "
              "each ranking with itself, split-half τ real / generated: retrieval; answers | judge AUC (n) | generated items (asked) | real questions | model / judge |",
              "|" + " --- |" * 9]
+    def row(label: str, e: dict, figures: dict, judge: str, judge_model: str) -> str:
+        return (f"| {label} | {len(e['strategies'])} | {tau(figures, 'retrieval')} | {tau(figures, 'answer')} | {itself(figures, 'retrieval')}; {itself(figures, 'answer')} | "
+                f"{judge} | {e['generated']['accepted']} ({e['generated']['requested']}) | {figures['real_questions']} | {e['model'].split('-')[-1]} / {judge_model} |")
+
     for name, e in d["sets"].items():
-        lines.append(f"| {name} | {len(e['strategies'])} | {tau(e, 'retrieval')} | {tau(e, 'answer')} | {itself(e, 'retrieval')}; {itself(e, 'answer')} | "
-                     f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
-                     f"{e['real_questions']} | {e['model'].split('-')[-1]} / {e['judge_model'].split('-')[-1]} |")
+        judge = f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']})"
+        lines.append(row(name, e, e, judge, e["judge_model"].split("-")[-1]))
         if larger := e.get("larger_real"):  # the same generated runs against a larger real set; the judge read the 120 only
-            lines.append(f"| {name}, {larger['real_questions']} real questions | {len(e['strategies'])} | {tau(larger, 'retrieval')} | {tau(larger, 'answer')} | "
-                         f"{itself(larger, 'retrieval')}; {itself(larger, 'answer')} | – (judged on the {e['real_questions']}) | {e['generated']['accepted']} ({e['generated']['requested']}) | "
-                         f"{larger['real_questions']} | {e['model'].split('-')[-1]} / – |")
+            lines.append(row(f"{name}, {larger['real_questions']} real questions", e, larger, f"– (judged on the {e['real_questions']})", "–"))
     strategies = next(iter(d["sets"].values()))["strategies"]
     lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
     for name, e in d["sets"].items():

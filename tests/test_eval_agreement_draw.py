@@ -29,7 +29,6 @@ def test_a_larger_real_set_holds_the_committed_one_and_adds_other_questions_of_t
     assert [item.id for item in agreement.real_questions(set_name, set(chosen), 480)] == [item.id for item in larger]  # seeded
 
 
-
 def test_each_committed_larger_real_set_is_the_scripts_own_draw(agreement):
     """A ``{set}.real{N}.jsonl`` beside the 120-question set is what ``--real N`` draws, question for question."""
     import re
@@ -43,6 +42,7 @@ def test_each_committed_larger_real_set_is_the_scripts_own_draw(agreement):
         _, chosen = agreement.sampled_paragraphs(set_name, 300)
         drawn = [item.id for item in agreement.real_questions(set_name, set(chosen), int(n))]
         assert [item.id for item in load_testset(path)[0]] == drawn, path.name
+
 
 def synthetic_rows(order: list[str], items: int = 40, prefix: str = "q") -> dict[str, list[dict]]:
     """Rows where the strategies in ``order`` are worse to better by the same step on every question (MRR and answers)."""
