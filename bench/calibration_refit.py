@@ -10,7 +10,9 @@ again (``--from-rows``):
             real SQuAD questions of the *same* paragraphs are both answered by plain RAG over all 2,067
             paragraphs; the confidence is recalibrated on the generated ones, and the logit shift that makes
             that fit best calibrated on the real ones is the model's offset →
-            ``ragkit/data/generated_question_offset.json`` (what ``ragkit calibrate`` applies).
+            ``ragkit/data/generated_question_offset.json`` (what ``ragkit calibrate`` applies), with its 95 %
+            bootstrap interval over paragraphs (``ragkit.eval.refit.offset_interval``: 78 + 120 questions pin
+            it down only so far).
 ``refit``   On **new_wiki**: the user's path — questions generated from new_wiki paragraphs (``--generated``
             new ones, or with ``--from-agreement`` the single + paraphrase items bench/eval_agreement.py
             generated there with the same settings as the SQuAD dev set above), recalibrated as ``ragkit
@@ -42,7 +44,7 @@ from squad_common import CACHE, ROOT, run_facts
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.calibration import DEFINITION, model_calibration, read_rows, reliability_bins, rescore_row, score
 from ragkit.eval.experiments import index_documents, load_squad_corpus
-from ragkit.eval.refit import OFFSET_FILE, collect_rows, difficulty_offset, refit
+from ragkit.eval.refit import OFFSET_FILE, collect_rows, difficulty_offset, offset_interval, refit
 from ragkit.eval.testset import EvalItem, load_testset
 from ragkit.pipeline.features import Features
 
@@ -114,9 +116,10 @@ def measure_offset(model: str, from_rows: bool) -> dict:
     fit = fitted["unshifted_fit"]
     delta = difficulty_offset(fit, real_rows)
     shifted = {**fit, "intercept": fit["intercept"] + delta}
+    interval = offset_interval(generated_rows, real_rows, model)
     share = lambda rows: round(sum(bool(r["correct"]) for r in rows) / max(len(rows), 1), 4)  # noqa: E731
     entry = {
-        "model": model, "logit_offset": round(delta, 4), "definition": DEFINITION,
+        "model": model, "logit_offset": round(delta, 4), "definition": DEFINITION, "logit_offset_bootstrap": interval,
         "generated": {"what": f"{len(generated_rows)} generated questions (single + paraphrase) of bench/eval_agreement.py's 300 SQuAD dev paragraphs",
                       "n": len(generated_rows), "right": share(generated_rows)},
         "real": {"what": f"{len(real_rows)} real SQuAD dev questions of the same paragraphs", "n": len(real_rows), "right": share(real_rows),
@@ -126,7 +129,8 @@ def measure_offset(model: str, from_rows: bool) -> dict:
     data = json.loads(OFFSET_FILE.read_text()) if OFFSET_FILE.exists() else {
         "definition": "logit added to a confidence fit learned on generated questions so that it is calibrated on people's questions "
                       "(ragkit.eval.refit; measured by bench/calibration_refit.py offset on SQuAD v1.1 dev)", "models": {}}
-    data["models"][model] = {"logit_offset": entry["logit_offset"], "generated": entry["generated"]["n"], "real": entry["real"]["n"],
+    data["models"][model] = {"logit_offset": entry["logit_offset"], "logit_offset_interval95": [interval["low"], interval["high"]],
+                             "generated": entry["generated"]["n"], "real": entry["real"]["n"],
                              "right_generated": entry["generated"]["right"], "right_real": entry["real"]["right"], "measured_on": "SQuAD v1.1 dev"}
     OFFSET_FILE.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     save_section("refit_offset", model, entry)

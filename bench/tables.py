@@ -577,7 +577,9 @@ def refit_table(d: dict) -> str:
                         f"{b['auc']:.3f} → {a['auc']:.3f} | {b['mean_confidence']:.2f} → {w['mean_confidence']:.2f} → {a['mean_confidence']:.2f} | "
                         f"{e['fit_on']['what']} |")
     for model, o in (d.get("refit_offset") or {}).items():
-        rows += ["", f"Offset ({model}): **{o['logit_offset']:+.2f}** logit, measured on {o['generated']['what']} ({_pct(o['generated']['right'])} right) "
+        boot = o.get("logit_offset_bootstrap")
+        spread = f" [95% bootstrap interval over paragraphs {boot['low']:+.2f} to {boot['high']:+.2f}]" if boot else ""
+        rows += ["", f"Offset ({model}): **{o['logit_offset']:+.2f}** logit{spread}, measured on {o['generated']['what']} ({_pct(o['generated']['right'])} right) "
                  f"and {o['real']['what']} ({_pct(o['real']['right'])} right): `{d['refit_offset_commands'][model]}`"]
     commands = [f"`{d[k + '_commands'][m]}`" for k in sections for m in d[k] if m in d.get(k + "_commands", {})]
     rows += ["", "Held-out checks: " + "; ".join(commands)]  # a note ends with its command: --readme replaces it

@@ -213,6 +213,35 @@ def test_the_refit_moves_its_intercept_by_the_offset_times_the_share_of_generate
     assert shipped_offset(MODEL, offsets) == (-0.7, MODEL) and shipped_offset(f"/models/{MODEL}-q4.gguf", offsets) == (-0.7, MODEL)
     assert shipped_offset("mistral-7b", offsets) == (-0.7, f"{MODEL} (borrowed: none measured for mistral-7b)")
     assert shipped_offset(MODEL, tmp_path / "missing.json") == (0.0, None)
+    # its bootstrap interval, where measured, travels with it; scaled like the offset by the generated share
+    from ragkit.eval.refit import shipped_offset_interval
+
+    assert shipped_offset_interval(MODEL, offsets) is None
+    offsets.write_text(json.dumps({"models": {MODEL: {"logit_offset": -0.7, "logit_offset_interval95": [-1.2, -0.1]}}}))
+    assert shipped_offset_interval("mistral-7b", offsets) == (-1.2, -0.1)
+    interval = shipped_offset_interval(MODEL)
+    shipped = refit(rows, MODEL, agentic=False)
+    assert interval and shipped["offset"]["interval95"] == [round(interval[0] * 0.75, 4), round(interval[1] * 0.75, 4)]
+    assert interval[0] < shipped["offset"]["logit_per_generated"] < interval[1]
+
+
+def test_the_offset_interval_is_a_bootstrap_over_paragraphs_around_the_measured_offset():
+    from ragkit.eval.refit import difficulty_offset, offset_interval
+
+    def marked(rows, generated):
+        return [{**r, "generated": generated} for r in rows]
+    generated, real = marked(forum_rows(80, seed=1), True), marked(forum_rows(120, seed=2), False)
+    for r in real[::3]:
+        r["correct"] = False  # people's questions: harder, so the offset is negative
+    measured = difficulty_offset(refit(generated, MODEL, agentic=False, offset=0.0)["unshifted_fit"], real)
+    interval = offset_interval(generated, real, MODEL, resamples=60, seed=5)
+    assert interval["low"] < measured < interval["high"] and interval["low"] <= interval["median"] <= interval["high"]
+    assert interval["high"] < 0  # the harder real set
+    assert (interval["generated_paragraphs"], interval["real_paragraphs"], interval["resamples"]) == (40, 60, 60)
+    assert interval == offset_interval(generated, real, MODEL, resamples=60, seed=5)  # seeded: the same figures again
+    # four times the questions: the offset is known about twice as closely
+    larger = offset_interval(marked(forum_rows(320, seed=1), True), marked(forum_rows(480, seed=2), False), MODEL, resamples=60, seed=5)
+    assert larger["high"] - larger["low"] < interval["high"] - interval["low"]
 
 
 def test_platt_scaled_fit_is_the_sigmoid_of_the_scaled_logit_in_the_fit_format():
@@ -247,6 +276,8 @@ def test_the_calibrate_report_fits_80_columns_and_names_the_recalibration_and_th
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "recalibrated (after)" in text and "recalibrated, no offset" in text and "shipped fit (before)" in text
     assert "same ranking" in text and "borrowed from qwen2.5-coder-0.5b" in text
+    low, high = outcome["offset"]["interval95"]
+    assert f"95% interval {low:+.2f} to {high:+.2f}" in " ".join(text.split())
     assert f"{outcome['after']['ece']:6.3f}" in text
 
 

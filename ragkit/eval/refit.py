@@ -25,7 +25,8 @@ right). This module refits it on the user's generated test set:
   intercept by a **generated-question offset**, a logit shift measured per model where both kinds of question exist
   for the same paragraphs (SQuAD dev: ``bench/calibration_refit.py offset`` →
   ``ragkit/data/generated_question_offset.json``), scaled by the share of the user's rows that were
-  generated (labelled questions need none). :func:`difficulty_offset` is that measurement;
+  generated (labelled questions need none). :func:`difficulty_offset` is that measurement, and
+  :func:`offset_interval` how far it could move on another sample of the same size (a bootstrap over paragraphs);
 * :func:`save_beside_index` keeps the result as ``confidence_calibration.json`` in the index folder
   (written atomically), where :func:`calibration_beside_index` finds it; the engine then uses it for
   that index, and the shipped fit stays the default everywhere else. Deleting the file goes back.
@@ -93,22 +94,37 @@ def _shown_confidence(models: dict[str, Any], row: dict[str, Any]) -> float:
     return calibrated_confidence(models, row["signals"], answered=answered, failed=bool(row["failed_steps"]))[0]
 
 
+def _offset_entry(model: str, path: str | Path = OFFSET_FILE) -> tuple[dict[str, Any] | None, str | None]:
+    """(the measured offset entry for ``model``, the model it was measured on): its own, the same family's by
+    name, else another model's — borrowed and said so. (None, None) where none was measured."""
+    try:
+        models = json.loads(Path(path).read_text(encoding="utf-8")).get("models", {})
+    except (OSError, ValueError):
+        return None, None
+    if not models:
+        return None, None
+    name = model if model in models else next((m for m in sorted(models, key=len, reverse=True) if m in str(model).lower()), None)
+    if name:
+        return models[name], name
+    first = next(iter(models))
+    return models[first], f"{first} (borrowed: none measured for {model})"
+
+
 def shipped_offset(model: str, path: str | Path = OFFSET_FILE) -> tuple[float, str | None]:
     """(the generated-question logit offset for ``model``, the model it was measured on): its own, the same
     family's by name, else one measured for another model — borrowed and said so: the gap between generated and
     people's questions is mostly the questions' own, so another model's offset is nearer than none. (0.0, None)
     where none was measured."""
-    try:
-        models = json.loads(Path(path).read_text(encoding="utf-8")).get("models", {})
-    except (OSError, ValueError):
-        return 0.0, None
-    if not models:
-        return 0.0, None
-    name = model if model in models else next((m for m in sorted(models, key=len, reverse=True) if m in str(model).lower()), None)
-    if name:
-        return float(models[name]["logit_offset"]), name
-    first = next(iter(models))
-    return float(models[first]["logit_offset"]), f"{first} (borrowed: none measured for {model})"
+    entry, name = _offset_entry(model, path)
+    return (float(entry["logit_offset"]), name) if entry else (0.0, None)
+
+
+def shipped_offset_interval(model: str, path: str | Path = OFFSET_FILE) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval of the offset :func:`shipped_offset` gives ``model`` (:func:`offset_interval`),
+    or None where it was not measured."""
+    entry, _ = _offset_entry(model, path)
+    interval = (entry or {}).get("logit_offset_interval95")
+    return (float(interval[0]), float(interval[1])) if interval else None
 
 
 def _shifted(fit: dict[str, Any], shift: float) -> dict[str, Any]:
@@ -171,6 +187,40 @@ def difficulty_offset(fit: dict[str, Any], real_rows: Sequence[dict[str, Any]]) 
     return platt_fit([_logit(predict(fit, r["signals"])) for r in answered], [bool(r["correct"]) for r in answered], prior=0.0, slope=1.0)[1]
 
 
+def offset_interval(generated_rows: Sequence[dict[str, Any]], real_rows: Sequence[dict[str, Any]], model: str, resamples: int = 1000,
+                    seed: int = 0) -> dict[str, Any]:
+    """How far the measured offset could move on another sample of the same size: a bootstrap that redraws the
+    paragraphs (``group``) of both sets with replacement — questions of one paragraph are not independent —
+    recalibrates on the redrawn generated rows and measures :func:`difficulty_offset` on the redrawn real ones.
+    Returns the 2.5 / 50 / 97.5 percentiles and how many redraws could not be fitted (too few rows, one class)."""
+    import random
+
+    def by_group(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault(r.get("group", r["id"]), []).append(r)
+        return list(groups.values())
+
+    generated_groups, real_groups = by_group(generated_rows), by_group(real_rows)
+    rng = random.Random(seed)
+    offsets, unfitted = [], 0
+    for _ in range(resamples):
+        generated = [r for g in rng.choices(generated_groups, k=len(generated_groups)) for r in g]
+        real = [r for g in rng.choices(real_groups, k=len(real_groups)) for r in g]
+        try:
+            offsets.append(difficulty_offset(refit(generated, model, agentic=False, offset=0.0)["unshifted_fit"], real))
+        except ValueError:  # TooFewItemsError included
+            unfitted += 1
+    if not offsets:
+        raise ValueError("no bootstrap redraw could be fitted")
+    offsets.sort()
+
+    def percentile(q: float) -> float:
+        return round(offsets[min(len(offsets) - 1, max(0, round(q * (len(offsets) - 1))))], 4)
+    return {"low": percentile(0.025), "median": percentile(0.5), "high": percentile(0.975), "resamples": resamples, "unfitted": unfitted,
+            "generated_paragraphs": len(generated_groups), "real_paragraphs": len(real_groups)}
+
+
 def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int = 5, shipped: dict[str, Any] | None = None,
           offset: float | None = None, method: str | None = None) -> dict[str, Any]:
     """Refit the confidence of ``model`` on ``rows``; before (shipped fit) and after (out-of-fold) scores, and the calibration to save.
@@ -206,6 +256,7 @@ def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int 
     generated_share = sum(bool(r.get("generated")) for r in answered) / len(answered)
     per_generated, offset_of = shipped_offset(model) if offset is None else (offset, "given")
     shift = per_generated * generated_share
+    interval = shipped_offset_interval(model) if offset is None else None
 
     groups = [r["group"] for r in answered]
     fold_of = dict(zip((r["id"] for r in answered), _folds_of(len(answered), folds, groups)))
@@ -254,7 +305,8 @@ def refit(rows: Sequence[dict[str, Any]], model: str, agentic: bool, folds: int 
         "right": round(sum(correct[i] for i in kept) / max(len(kept), 1), 4), "folds": folds, "features": list(final["features"]),
         "platt": final.get("platt"),
         "offset": {"logit_per_generated": round(per_generated, 4), "generated_share": round(generated_share, 4), "logit": round(shift, 4),
-                   "measured_for": offset_of},
+                   "measured_for": offset_of,
+                   **({"interval95": [round(interval[0] * generated_share, 4), round(interval[1] * generated_share, 4)]} if interval else {})},
         "before": scored(before), "after": scored_after(out_of_fold), "after_without_offset": scored_after(out_of_fold_unshifted),
         "calibration": calibration,
         "unshifted_fit": final,
@@ -282,5 +334,5 @@ def calibration_beside_index(index_dir: str | Path | None) -> dict[str, Any] | N
     return data if isinstance(data, dict) and isinstance(data.get("models"), dict) else None
 
 
-__all__ = ["CALIBRATION_NAME", "TooFewItemsError", "calibration_beside_index", "collect_rows", "difficulty_offset", "platt_fit", "platt_scaled",
-           "recalibrated", "refit", "save_beside_index", "shipped_offset"]
+__all__ = ["CALIBRATION_NAME", "TooFewItemsError", "calibration_beside_index", "collect_rows", "difficulty_offset", "offset_interval",
+           "platt_fit", "platt_scaled", "recalibrated", "refit", "save_beside_index", "shipped_offset", "shipped_offset_interval"]

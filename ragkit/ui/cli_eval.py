@@ -289,6 +289,8 @@ def print_refit(console, outcome: dict) -> None:
     if offset.get("logit"):
         measured = str(offset.get("measured_for") or "")
         source = "borrowed from " + shown(measured.split(" (borrowed")[0]) if "borrowed" in measured else "measured on SQuAD dev"
+        if offset.get("interval95"):
+            source += f", 95% interval {offset['interval95'][0]:+.2f} to {offset['interval95'][1]:+.2f}"
         console.print(f"[yellow]note:[/] generated questions are easier than people's, so the saved fit is moved by "
                       f"{offset['logit']:+.2f} logit (the offset {source}, for {offset['generated_share']:.0%} generated "
                       "questions here): it is meant for real questions like yours, and reads low on the generated ones above "
