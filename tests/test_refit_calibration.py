@@ -298,8 +298,10 @@ def test_the_notebook_figure_shows_the_committed_measurement_when_the_test_set_i
     data = json.loads(measured.read_text())
     pooled = json.loads(json.dumps(data["refit"][MODEL]))
     pooled["scored_on"].update(what="160 gold questions (splits 1, 2 pooled)", before={**side, "ece": 0.05}, after={**side, "ece": 0.07})
+    pooled["offset"]["interval95"] = [-1.5, -0.2]
     measured.write_text(json.dumps({**data, "refit_pooled": {MODEL: pooled}}))
     _, caption = confidence_refit_figure(None, [], MODEL, measured)
     assert "160 gold questions (splits 1, 2 pooled)" in caption and "shipped fit stays the better one" in caption
+    assert "-0.90 logit, 95% interval -1.50 to -0.20" in caption
     none, why = confidence_refit_figure(None, [], "other-model", measured)
     assert none is None and "no committed measurement for other-model" in why

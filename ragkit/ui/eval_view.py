@@ -268,6 +268,12 @@ def agreement_html(data: dict[str, Any]) -> str:
 
 
 # -- confidence on the user's text (ragkit calibrate) -----------------------------------------------------
+def _interval_text(offset: dict) -> str:
+    """The offset's 95 % bootstrap interval where it was measured (``ragkit.eval.refit.offset_interval``)."""
+    interval = offset.get("interval95")
+    return f", 95% interval {interval[0]:+.2f} to {interval[1]:+.2f}" if interval else ""
+
+
 def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -> tuple[Any, str]:
     """The before/after reliability diagram of ``ragkit calibrate``: recalibrated on ``items`` when they hold enough
     answerable questions (out-of-fold, as the command reports it), else the committed measurement in
@@ -285,7 +291,8 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
         caption = (f"Your test set: {outcome['scored']} questions, {outcome['right']:.0%} right; 'recalibrated' is out of fold (each question "
                    f"scored by a fit that never saw its chunk). ECE {outcome['before']['ece']:.3f} → {outcome['after']['ece']:.3f}, "
                    f"ROC AUC {outcome['before']['auc']:.3f} → {outcome['after']['auc']:.3f}."
-                   + (f" The saved fit includes the generated-question offset ({offset:+.2f} logit): it is meant for people's questions, "
+                   + (f" The saved fit includes the generated-question offset ({offset:+.2f} logit{_interval_text(outcome['offset'])}): it is meant "
+                      "for people's questions, "
                       "which are harder than generated ones, so it reads low on these." if offset else ""))
         return plots.reliability_diagram(pairs, title="confidence on your documents, before and after recalibrating"), caption
     committed = json.loads(measured.read_text()) if measured.exists() else {}
@@ -304,7 +311,8 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
                f"{entry['fit_on']['what']}, scored on {scored['what']}. ECE {ece} ({' → '.join(pairs)}), "
                f"ROC AUC {scored['before']['auc']:.3f} → {scored['after']['auc']:.3f}. The generated questions were easier "
                f"({entry['fit_on']['right']:.0%} right against {scored['right']:.0%} for the real ones)"
-               + (f"; the offset ({entry['offset']['logit']:+.2f} logit, measured on SQuAD dev) moves the fit toward real questions."
+               + (f"; the offset ({entry['offset']['logit']:+.2f} logit{_interval_text(entry['offset'])}, measured on SQuAD dev) moves the fit "
+                  "toward real questions."
                   if without else ", so a fit on them alone overclaims on real questions.")
                + (" new_wiki is Wikipedia text, the shipped fit's own kind, so there the shipped fit stays the better one: the command is "
                   "for text unlike it." if scored["before"]["ece"] < scored["after"]["ece"] else ""))
