@@ -302,6 +302,11 @@ def test_the_notebook_figure_shows_the_committed_measurement_when_the_test_set_i
     measured.write_text(json.dumps({**data, "refit_pooled": {MODEL: pooled}}))
     _, caption = confidence_refit_figure(None, [], MODEL, measured)
     assert "160 gold questions (splits 1, 2 pooled)" in caption and "shipped fit stays the better one" in caption
-    assert "-0.90 logit, 95% interval -1.50 to -0.20" in caption
+    assert "-0.90 logit, 95% interval -1.50 to -0.20" in caption and "were easier (70% right against 48%" in caption
+    # generated questions no easier than the real ones: the caption does not claim they were, and says the offset overshoots
+    pooled["fit_on"]["right"] = 0.5
+    measured.write_text(json.dumps({**data, "refit_pooled": {MODEL: pooled}}))
+    _, caption = confidence_refit_figure(None, [], MODEL, measured)
+    assert "about as hard as the real ones here (50% right against 48%" in caption and "further than this text needs" in caption
     none, why = confidence_refit_figure(None, [], "other-model", measured)
     assert none is None and "no committed measurement for other-model" in why
