@@ -127,6 +127,13 @@ def shipped_offset_interval(model: str, path: str | Path = OFFSET_FILE) -> tuple
     return (float(interval[0]), float(interval[1])) if interval else None
 
 
+def offset_interval_text(offset: dict[str, Any]) -> str:
+    """", 95% interval a to b" for ``refit()``'s ``offset`` entry where its interval was measured, else "": one
+    wording for the CLI report and the notebook caption."""
+    interval = offset.get("interval95")
+    return f", 95% interval {interval[0]:+.2f} to {interval[1]:+.2f}" if interval else ""
+
+
 def _shifted(fit: dict[str, Any], shift: float) -> dict[str, Any]:
     return {**fit, "intercept": round(fit["intercept"] + shift, 6)}
 
@@ -335,4 +342,5 @@ def calibration_beside_index(index_dir: str | Path | None) -> dict[str, Any] | N
 
 
 __all__ = ["CALIBRATION_NAME", "TooFewItemsError", "calibration_beside_index", "collect_rows", "difficulty_offset", "offset_interval",
-           "platt_fit", "platt_scaled", "recalibrated", "refit", "save_beside_index", "shipped_offset", "shipped_offset_interval"]
+           "offset_interval_text", "platt_fit", "platt_scaled", "recalibrated", "refit", "save_beside_index", "shipped_offset",
+           "shipped_offset_interval"]

@@ -266,6 +266,8 @@ def cmd_calibrate(args, console) -> int:
 
 def print_refit(console, outcome: dict) -> None:
     """``ragkit calibrate``'s report: before/after figures and the reliability bins, narrow enough for 80 columns."""
+    from ragkit.eval.refit import offset_interval_text
+
     before, after = outcome["before"], outcome["after"]
     console.print(f"{outcome['scored']} items scored ({outcome['answered']} answered, {outcome['right']:.0%} right; correct = F1 ≥ 0.5 "
                   f"against the test set's answer); {outcome['folds']} folds by chunk, so 'after' is on items its fit never saw")
@@ -289,8 +291,7 @@ def print_refit(console, outcome: dict) -> None:
     if offset.get("logit"):
         measured = str(offset.get("measured_for") or "")
         source = "borrowed from " + shown(measured.split(" (borrowed")[0]) if "borrowed" in measured else "measured on SQuAD dev"
-        if offset.get("interval95"):
-            source += f", 95% interval {offset['interval95'][0]:+.2f} to {offset['interval95'][1]:+.2f}"
+        source += offset_interval_text(offset)
         console.print(f"[yellow]note:[/] generated questions are easier than people's, so the saved fit is moved by "
                       f"{offset['logit']:+.2f} logit (the offset {source}, for {offset['generated_share']:.0%} generated "
                       "questions here): it is meant for real questions like yours, and reads low on the generated ones above "

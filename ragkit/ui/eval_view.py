@@ -268,12 +268,6 @@ def agreement_html(data: dict[str, Any]) -> str:
 
 
 # -- confidence on the user's text (ragkit calibrate) -----------------------------------------------------
-def _interval_text(offset: dict) -> str:
-    """The offset's 95 % bootstrap interval where it was measured (``ragkit.eval.refit.offset_interval``)."""
-    interval = offset.get("interval95")
-    return f", 95% interval {interval[0]:+.2f} to {interval[1]:+.2f}" if interval else ""
-
-
 def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -> tuple[Any, str]:
     """The before/after reliability diagram of ``ragkit calibrate``: recalibrated on ``items`` when they hold enough
     answerable questions (out-of-fold, as the command reports it), else the committed measurement in
@@ -281,7 +275,7 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
     Returns the figure and a sentence saying which it is."""
     import json
 
-    from ragkit.eval.refit import MIN_ROWS, collect_rows, refit
+    from ragkit.eval.refit import MIN_ROWS, collect_rows, offset_interval_text, refit
 
     answerable = [it for it in items if it.answerable and it.answers]
     if len(answerable) >= MIN_ROWS:
@@ -291,7 +285,7 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
         caption = (f"Your test set: {outcome['scored']} questions, {outcome['right']:.0%} right; 'recalibrated' is out of fold (each question "
                    f"scored by a fit that never saw its chunk). ECE {outcome['before']['ece']:.3f} → {outcome['after']['ece']:.3f}, "
                    f"ROC AUC {outcome['before']['auc']:.3f} → {outcome['after']['auc']:.3f}."
-                   + (f" The saved fit includes the generated-question offset ({offset:+.2f} logit{_interval_text(outcome['offset'])}): it is meant "
+                   + (f" The saved fit includes the generated-question offset ({offset:+.2f} logit{offset_interval_text(outcome['offset'])}): it is meant "
                       "for people's questions, "
                       "which are harder than generated ones, so it reads low on these." if offset else ""))
         return plots.reliability_diagram(pairs, title="confidence on your documents, before and after recalibrating"), caption
@@ -308,7 +302,7 @@ def confidence_refit_figure(rag: Any, items: list, model: str, measured: Path) -
     pairs["recalibrated" + (" + offset" if without else "")] = [tuple(p) for p in scored["after"]["pairs"]]
     ece = " → ".join(f"{x['ece']:.3f}" for x in (scored["before"], without, scored["after"]) if x)
     shares = f"({entry['fit_on']['right']:.0%} right against {scored['right']:.0%} for the real ones)"
-    offset = f"the offset ({entry['offset']['logit']:+.2f} logit{_interval_text(entry['offset'])}, measured on SQuAD dev)"
+    offset = f"the offset ({entry['offset']['logit']:+.2f} logit{offset_interval_text(entry['offset'])}, measured on SQuAD dev)"
     if entry["fit_on"]["right"] - scored["right"] > 0.05:
         gap = f"The generated questions were easier {shares}" + (
             f"; {offset} moves the fit toward real questions." if without else ", so a fit on them alone overclaims on real questions.")
