@@ -5,21 +5,24 @@ Each sub-command writes its section of ``bench/results/calibration.json`` (``ref
 rows under ``bench/results/calibration_rows/``, so every figure can be recomputed without asking the LLM
 again (``--from-rows``):
 
-``offset``  On **SQuAD v1.1 dev** (not the set any figure below is scored on): the questions that
-            ``bench/eval_agreement.py`` generated from 300 dev paragraphs (single + paraphrase) and the
-            real SQuAD questions of the *same* paragraphs are both answered by plain RAG over all 2,067
-            paragraphs; the confidence is recalibrated on the generated ones, and the logit shift that makes
-            that fit best calibrated on the real ones is the model's offset →
+``offset``  On **SQuAD v1.1 dev** (not the set any figure below is scored on): questions generated from SQuAD dev
+            paragraphs (single + paraphrase) and the real SQuAD questions of the *same* paragraphs are both
+            answered by plain RAG over all 2,067 paragraphs; the confidence is recalibrated on the generated ones,
+            and the logit shift that makes that fit best calibrated on the real ones is the model's offset →
             ``ragkit/data/generated_question_offset.json`` (what ``ragkit calibrate`` applies), with its 95 %
-            bootstrap interval over paragraphs (``ragkit.eval.refit.offset_interval``: 78 + 120 questions pin
-            it down only so far).
+            bootstrap interval over paragraphs (``ragkit.eval.refit.offset_interval``). Draw 1 is
+            ``bench/eval_agreement.py``'s 300 paragraphs (its generated set and 120 real questions); ``--draw 2``
+            adds 300 other paragraphs, their own generated set and real questions (made once under
+            ``bench/results/calibration_sets/``), because one draw pinned the offset down only so far. The offset
+            is measured on every committed draw pooled; ``by_draw`` keeps each draw's own.
 ``refit``   On **new_wiki**: the user's path — questions generated from new_wiki paragraphs (``--generated``
             new ones, or with ``--from-agreement`` the single + paraphrase items bench/eval_agreement.py
             generated there with the same settings as the SQuAD dev set above), recalibrated as ``ragkit
             calibrate`` does — scored on gold new_wiki questions of *other* paragraphs (none the shipped fit
             was fitted on): the shipped fit, recalibrated without the offset, recalibrated with it.
 
-    .venv/bin/python bench/calibration_refit.py offset --model qwen2.5-coder-0.5b
+    .venv/bin/python bench/calibration_refit.py offset --model qwen2.5-coder-0.5b            # draw 1
+    .venv/bin/python bench/calibration_refit.py offset --model qwen2.5-coder-0.5b --draw 2   # + draw 2, pooled
     .venv/bin/python bench/calibration_refit.py refit --model qwen2.5-coder-0.5b --from-agreement --scored 80
     .venv/bin/python bench/calibration_refit.py refit --model qwen2.5-coder-0.5b --scored 80 --split 2
 
@@ -102,29 +105,101 @@ def save_section(key: str, model: str, entry: dict) -> None:
     OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
-def measure_offset(model: str, from_rows: bool) -> dict:
-    if from_rows:
-        generated_rows, real_rows = read_rows(rows_file("offset_generated_squad_dev", model)), read_rows(rows_file("offset_real_squad_dev", model))
-    else:
-        generated_items = [it for it in load_testset(AGREEMENT_SETS / "squad_dev.generated.jsonl")[0] if it.kind in ("single", "paraphrase")]
-        real_items = load_testset(AGREEMENT_SETS / "squad_dev.real.jsonl")[0]
-        rag = engine("squad_dev", model)[0]
-        generated_rows, real_rows = collect_rows(rag, generated_items), collect_rows(rag, real_items)
-        write_rows("offset_generated_squad_dev", model, generated_rows)
-        write_rows("offset_real_squad_dev", model, real_rows)
+OFFSET_SETS = ROOT / "bench" / "results" / "calibration_sets"
+GENERATOR_MODEL = "qwen2.5-coder-0.5b"  # the model bench/eval_agreement.py generated draw 1 with
+OFFSET_DRAW_SEED = 33
+
+
+def offset_rows_name(side: str, draw: int) -> str:
+    return f"offset_{side}_squad_dev" + ("" if draw == 1 else f".draw{draw}")
+
+
+def offset_draws(model: str) -> list[int]:
+    """The draws whose rows are committed for ``model`` (draw 1 always first)."""
+    return [d for d in range(1, 10) if rows_file(offset_rows_name("real", d), model).exists()]
+
+
+def offset_draw_items(draw: int, paragraphs: int, generated: int, real: int, index, model: str, generator) -> tuple[list, list]:
+    """Draw 1: bench/eval_agreement.py's generated set (single + paraphrase) and its 120 real questions. Draw 2, …:
+    ``paragraphs`` other SQuAD dev paragraphs (none of an earlier draw's), ``generated`` new questions from them
+    (single 0.6 / paraphrase 0.4, by the draw-1 generator model) and ``real`` of their real questions — made once,
+    kept under bench/results/calibration_sets/ so the other model answers the same items."""
+    from ragkit.eval.generate import generate_testset
+    from ragkit.eval.testset import save_testset, squad_testset
+    from ragkit.llm.cache import LLMCache, llm_cache
+
+    if draw == 1:
+        return ([it for it in load_testset(AGREEMENT_SETS / "squad_dev.generated.jsonl")[0] if it.kind in ("single", "paraphrase")],
+                load_testset(AGREEMENT_SETS / "squad_dev.real.jsonl")[0])
+    generated_path, real_path = OFFSET_SETS / f"squad_dev.offset_draw{draw}.generated.jsonl", OFFSET_SETS / f"squad_dev.offset_draw{draw}.real.jsonl"
+    if not generated_path.exists():
+        from eval_agreement import sampled_paragraphs
+
+        taken = set(sampled_paragraphs("squad_dev", 300)[1])  # draw 1's paragraphs
+        for earlier in range(2, draw):
+            taken |= set(json.loads((OFFSET_SETS / f"squad_dev.offset_draw{earlier}.paragraphs.json").read_text()))
+        chosen = sorted(random.Random(OFFSET_DRAW_SEED + draw).sample(sorted(set(index.chunks) - taken), paragraphs))
+        if model != GENERATOR_MODEL:
+            from ragkit.llm.generators import build_chat_generator
+
+            generator = build_chat_generator(ModelConfig(llm=GENERATOR_MODEL))
+            generator.warm_up()
+        started = time.time()
+        with llm_cache(LLMCache(CACHE / "calibration_refit" / "llm_cache.sqlite")):
+            items, report = generate_testset(index, generator, n=generated, mix={"single": 0.6, "paraphrase": 0.4}, seed=OFFSET_DRAW_SEED + draw,
+                                             chunk_ids=chosen)
+        OFFSET_SETS.mkdir(parents=True, exist_ok=True)
+        (OFFSET_SETS / f"squad_dev.offset_draw{draw}.paragraphs.json").write_text(json.dumps(chosen) + "\n")
+        (OFFSET_SETS / f"squad_dev.offset_draw{draw}.generated.report.json").write_text(
+            json.dumps({**report.summary(), "generator_model": GENERATOR_MODEL, "seconds": round(time.time() - started)}, indent=1) + "\n")
+        save_testset(items, generated_path)
+        save_testset(squad_testset("squad_dev", paragraph_ids=set(chosen), n=real, seed=OFFSET_DRAW_SEED + draw), real_path)
+    return load_testset(generated_path)[0], load_testset(real_path)[0]
+
+
+def measure_offset(model: str, from_rows: bool, draw: int = 1, paragraphs: int = 300, generated: int = 120, real: int = 120) -> dict:
+    """Collect ``draw``'s rows (unless ``from_rows``), then measure the offset on every committed draw pooled."""
+    if not from_rows:
+        rag, index, generator, _ = engine("squad_dev", model)
+        generated_items, real_items = offset_draw_items(draw, paragraphs, generated, real, index, model, generator)
+        write_rows(offset_rows_name("generated", draw), model, collect_rows(rag, generated_items))
+        write_rows(offset_rows_name("real", draw), model, collect_rows(rag, real_items))
+    draws = offset_draws(model)
+    stored = json.loads(OUT.read_text()) if OUT.exists() else {}
+    previous = (stored.get("refit_offset") or {}).get(model, {}).get("by_draw", {})
+    last_command = (stored.get("refit_offset_commands") or {}).get(model, "")
+
+    def command(d: int) -> str:  # the one that answered draw d: kept from before, else the last one if it was d's
+        if previous.get(str(d), {}).get("command"):
+            return previous[str(d)]["command"]
+        if d > 1 and f"--draw {d}" in last_command:
+            return last_command
+        return f"python bench/calibration_refit.py offset --model {model}" + (f" --draw {d}" if d > 1 else "")
+    commands = {d: command(d) for d in draws}
+    if not from_rows:
+        commands[draw] = "python bench/calibration_refit.py " + " ".join(sys.argv[1:])
+    by_draw = {d: (read_rows(rows_file(offset_rows_name("generated", d), model)), read_rows(rows_file(offset_rows_name("real", d), model))) for d in draws}
+    generated_rows = [r for d in draws for r in by_draw[d][0]]
+    real_rows = [r for d in draws for r in by_draw[d][1]]
     fitted = refit(generated_rows, model, agentic=False, offset=0.0)
     fit = fitted["unshifted_fit"]
     delta = difficulty_offset(fit, real_rows)
     shifted = {**fit, "intercept": fit["intercept"] + delta}
     interval = offset_interval(generated_rows, real_rows, model)
     share = lambda rows: round(sum(bool(r["correct"]) for r in rows) / max(len(rows), 1), 4)  # noqa: E731
+    paragraphs_of = lambda rows: len({r["group"] for r in rows})  # noqa: E731
     entry = {
         "model": model, "logit_offset": round(delta, 4), "definition": DEFINITION, "logit_offset_bootstrap": interval,
-        "generated": {"what": f"{len(generated_rows)} generated questions (single + paraphrase) of bench/eval_agreement.py's 300 SQuAD dev paragraphs",
-                      "n": len(generated_rows), "right": share(generated_rows)},
+        "generated": {"what": f"{len(generated_rows)} generated questions (single + paraphrase) of {paragraphs_of(generated_rows)} SQuAD dev paragraphs"
+                              + (f" in {len(draws)} draws" if len(draws) > 1 else ""), "n": len(generated_rows), "right": share(generated_rows)},
         "real": {"what": f"{len(real_rows)} real SQuAD dev questions of the same paragraphs", "n": len(real_rows), "right": share(real_rows),
                  "refit_without_offset": {k: v for k, v in on(real_rows, with_fit(model, fit)).items() if k != "pairs"},
                  "refit_with_offset_in_sample": {k: v for k, v in on(real_rows, with_fit(model, shifted)).items() if k != "pairs"}},
+        # each draw alone: whether a second sample agrees with the first
+        "by_draw": {str(d): {"generated": len(g), "real": len(r), "right_generated": share(g), "right_real": share(r),
+                             "logit_offset": round(difficulty_offset(refit(g, model, agentic=False, offset=0.0)["unshifted_fit"], r), 4),
+                             "paragraphs": len({x["group"] for x in g + r}), "command": commands[d]}
+                    for d, (g, r) in by_draw.items()},
     }
     data = json.loads(OFFSET_FILE.read_text()) if OFFSET_FILE.exists() else {
         "definition": "logit added to a confidence fit learned on generated questions so that it is calibrated on people's questions "
@@ -231,6 +306,10 @@ def main() -> int:
     o = sub.add_parser("offset", help="the generated-question offset, on SQuAD dev")
     o.add_argument("--model", default="qwen2.5-coder-0.5b")
     o.add_argument("--from-rows", action="store_true", help="recompute from the committed rows, no LLM call")
+    o.add_argument("--draw", type=int, default=1, help="2, 3, …: answer another draw of SQuAD dev paragraphs' generated and real questions")
+    o.add_argument("--paragraphs", type=int, default=300, help="a new draw's paragraphs")
+    o.add_argument("--generated", type=int, default=120, help="a new draw's generated questions to ask for")
+    o.add_argument("--real", type=int, default=120, help="a new draw's real questions")
     r = sub.add_parser("refit", help="the held-out check on new_wiki: shipped fit, refit without and with the offset")
     r.add_argument("--model", default="qwen2.5-coder-0.5b")
     r.add_argument("--generated", type=int, default=60)
@@ -246,8 +325,9 @@ def main() -> int:
     args = parser.parse_args()
     started = time.time()
     if args.command == "offset":
-        entry = measure_offset(args.model, args.from_rows)
-        print(json.dumps({"logit_offset": entry["logit_offset"], "generated": entry["generated"], "real": {k: v for k, v in entry["real"].items() if k == "right"}}, indent=1))
+        entry = measure_offset(args.model, args.from_rows, args.draw, args.paragraphs, args.generated, args.real)
+        print(json.dumps({"logit_offset": entry["logit_offset"], "interval95": [entry["logit_offset_bootstrap"][k] for k in ("low", "high")],
+                          "by_draw": entry["by_draw"], "generated": entry["generated"], "real": {k: v for k, v in entry["real"].items() if k == "right"}}, indent=1))
     else:
         entry = pooled_check(args.model) if args.command == "pooled" else held_out_check(
             args.model, args.generated, args.scored, args.seed, args.from_rows, args.from_agreement, args.split)

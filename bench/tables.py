@@ -579,8 +579,15 @@ def refit_table(d: dict) -> str:
     for model, o in (d.get("refit_offset") or {}).items():
         boot = o.get("logit_offset_bootstrap")
         spread = f" [95% bootstrap interval over paragraphs {boot['low']:+.2f} to {boot['high']:+.2f}]" if boot else ""
+        draws = o.get("by_draw") or {}
+        if len(draws) > 1:  # each draw alone, with the command that answered it
+            where = "; each draw alone: " + "; ".join(
+                f"draw {k} ({v['generated']} generated + {v['real']} real, {v['paragraphs']} paragraphs) {v['logit_offset']:+.2f}: `{v['command']}`"
+                for k, v in draws.items())
+        else:
+            where = f": `{d['refit_offset_commands'][model]}`"
         rows += ["", f"Offset ({model}): **{o['logit_offset']:+.2f}** logit{spread}, measured on {o['generated']['what']} ({_pct(o['generated']['right'])} right) "
-                 f"and {o['real']['what']} ({_pct(o['real']['right'])} right): `{d['refit_offset_commands'][model]}`"]
+                 f"and {o['real']['what']} ({_pct(o['real']['right'])} right){where}"]
     commands = [f"`{d[k + '_commands'][m]}`" for k in sections for m in d[k] if m in d.get(k + "_commands", {})]
     rows += ["", "Held-out checks: " + "; ".join(commands)]  # a note ends with its command: --readme replaces it
     return "\n".join(rows)

@@ -310,3 +310,55 @@ def test_the_notebook_figure_shows_the_committed_measurement_when_the_test_set_i
     assert "about as hard as the real ones here (50% right against 48%" in caption and "further than this text needs" in caption
     none, why = confidence_refit_figure(None, [], "other-model", measured)
     assert none is None and "no committed measurement for other-model" in why
+
+
+def test_the_offset_pools_every_committed_draw_of_paragraphs_and_reports_each_draw_alone(tmp_path, monkeypatch):
+    from conftest import bench_module
+
+    from ragkit.eval.refit import offset_interval
+
+    def marked(rows, generated, draw):
+        return [{**r, "id": f"d{draw}{r['id']}", "group": f"d{draw}{r['group']}", "generated": generated} for r in rows]
+    with bench_module("calibration_refit") as bench:
+        monkeypatch.setattr(bench, "ROWS", tmp_path / "rows")
+        monkeypatch.setattr(bench, "OUT", tmp_path / "calibration.json")
+        monkeypatch.setattr(bench, "OFFSET_FILE", tmp_path / "offsets.json")
+        monkeypatch.setattr(bench, "offset_interval", lambda g, r, m: offset_interval(g, r, m, resamples=40))
+        for draw, seed in ((1, 1), (2, 5)):
+            generated, real = marked(forum_rows(80, seed=seed), True, draw), marked(forum_rows(100, seed=seed + 1), False, draw)
+            for r in real[::draw + 1]:
+                r["correct"] = False  # people's questions harder, by a different amount in each draw
+            bench.write_rows(bench.offset_rows_name("generated", draw), MODEL, generated)
+            bench.write_rows(bench.offset_rows_name("real", draw), MODEL, real)
+        assert bench.offset_draws(MODEL) == [1, 2]
+        assert bench.rows_file(bench.offset_rows_name("real", 1), MODEL).name == f"offset_real_squad_dev.{MODEL}.jsonl"  # draw 1's committed name
+        entry = bench.measure_offset(MODEL, from_rows=True)
+    assert (entry["generated"]["n"], entry["real"]["n"]) == (160, 200)
+    draws = entry["by_draw"]
+    assert [(d["generated"], d["real"]) for d in draws.values()] == [(80, 100), (80, 100)]
+    assert draws["1"]["logit_offset"] != draws["2"]["logit_offset"] and (draws["1"]["paragraphs"], draws["2"]["paragraphs"]) == (50, 50)
+    assert draws["1"]["command"].endswith(f"offset --model {MODEL}") and draws["2"]["command"].endswith("--draw 2")
+    low, high = sorted(d["logit_offset"] for d in draws.values())
+    assert low < entry["logit_offset"] < high  # the pooled offset sits between the draws'
+    assert (entry["logit_offset_bootstrap"]["generated_paragraphs"], entry["logit_offset_bootstrap"]["real_paragraphs"]) == (80, 100)
+    shipped = json.loads((tmp_path / "offsets.json").read_text())["models"][MODEL]
+    assert (shipped["generated"], shipped["real"], shipped["logit_offset"]) == (160, 200, entry["logit_offset"])
+
+
+def test_the_docs_offset_line_names_each_draw_with_its_command_once_there_are_two():
+    from conftest import bench_module
+
+    one = {"logit_offset": -0.88, "logit_offset_bootstrap": {"low": -1.66, "high": -0.14},
+           "generated": {"what": "78 generated questions", "right": 0.705}, "real": {"what": "120 real questions", "right": 0.517}}
+    draws = {"1": {"generated": 78, "real": 120, "paragraphs": 150, "logit_offset": -0.88, "command": "python bench/calibration_refit.py offset --model m"},
+             "2": {"generated": 120, "real": 120, "paragraphs": 196, "logit_offset": -1.67,
+                   "command": "python bench/calibration_refit.py offset --model m --draw 2"}}
+    with bench_module("tables") as tables:
+        single = tables.refit_table({"refit_offset": {"m": one}, "refit_offset_commands": {"m": "python bench/calibration_refit.py offset --model m"}})
+        pooled = tables.refit_table({"refit_offset": {"m": {**one, "logit_offset": -1.37, "by_draw": draws}},
+                                     "refit_offset_commands": {"m": "python bench/calibration_refit.py offset --model m --draw 2"}})
+    assert "Offset (m): **-0.88** logit [95% bootstrap interval over paragraphs -1.66 to -0.14]" in single
+    assert "(51.7% right): `python bench/calibration_refit.py offset --model m`" in single and "each draw alone" not in single
+    assert "Offset (m): **-1.37** logit" in pooled and "each draw alone: draw 1 (78 generated + 120 real, 150 paragraphs) -0.88: " \
+        "`python bench/calibration_refit.py offset --model m`; draw 2 (120 generated + 120 real, 196 paragraphs) -1.67: " \
+        "`python bench/calibration_refit.py offset --model m --draw 2`" in pooled
