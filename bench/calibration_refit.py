@@ -165,17 +165,10 @@ def measure_offset(model: str, from_rows: bool, draw: int = 1, paragraphs: int =
         write_rows(offset_rows_name("generated", draw), model, collect_rows(rag, generated_items))
         write_rows(offset_rows_name("real", draw), model, collect_rows(rag, real_items))
     draws = offset_draws(model)
-    stored = json.loads(OUT.read_text()) if OUT.exists() else {}
-    previous = (stored.get("refit_offset") or {}).get(model, {}).get("by_draw", {})
-    last_command = (stored.get("refit_offset_commands") or {}).get(model, "")
-
-    def command(d: int) -> str:  # the one that answered draw d: kept from before, else the last one if it was d's
-        if previous.get(str(d), {}).get("command"):
-            return previous[str(d)]["command"]
-        if d > 1 and f"--draw {d}" in last_command:
-            return last_command
-        return f"python bench/calibration_refit.py offset --model {model}" + (f" --draw {d}" if d > 1 else "")
-    commands = {d: command(d) for d in draws}
+    # the command that answered each draw: kept from the last time, this one for the draw just answered
+    previous = ((json.loads(OUT.read_text()) if OUT.exists() else {}).get("refit_offset") or {}).get(model, {}).get("by_draw", {})
+    commands = {d: previous.get(str(d), {}).get("command") or f"python bench/calibration_refit.py offset --model {model}" + (f" --draw {d}" if d > 1 else "")
+                for d in draws}
     if not from_rows:
         commands[draw] = "python bench/calibration_refit.py " + " ".join(sys.argv[1:])
     by_draw = {d: (read_rows(rows_file(offset_rows_name("generated", d), model)), read_rows(rows_file(offset_rows_name("real", d), model))) for d in draws}
@@ -198,7 +191,7 @@ def measure_offset(model: str, from_rows: bool, draw: int = 1, paragraphs: int =
         # each draw alone: whether a second sample agrees with the first
         "by_draw": {str(d): {"generated": len(g), "real": len(r), "right_generated": share(g), "right_real": share(r),
                              "logit_offset": round(difficulty_offset(refit(g, model, agentic=False, offset=0.0)["unshifted_fit"], r), 4),
-                             "paragraphs": len({x["group"] for x in g + r}), "command": commands[d]}
+                             "paragraphs": paragraphs_of(g + r), "command": commands[d]}
                     for d, (g, r) in by_draw.items()},
     }
     data = json.loads(OFFSET_FILE.read_text()) if OFFSET_FILE.exists() else {
