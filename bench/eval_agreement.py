@@ -38,6 +38,16 @@ judge's AUC stays the 120-question run's:
 
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240
     .venv/bin/python bench/eval_agreement.py --set new_wiki --real 240 --rescore
+
+``--judge-only`` with ``--real`` above 120 measures the judge alone on the larger real set: ``plain`` answers
+it and the judge reads every answer, no other strategy runs. At ~120 questions the AUC's own 95% interval is
+about ±0.09, wider than the distance of either set's figure from the 0.75 target, so this says where the
+judge stands with twice the questions. Its figures (the AUC with a bootstrap interval, and the AUC over the
+first 120 again, which should reproduce the stored one) go to the set's ``larger_judge`` section, beside
+the 120-question ``judge_auc`` and never over it — decided before the run, whatever it shows:
+
+    .venv/bin/python bench/eval_agreement.py --set squad_dev --real 240 --judge-only
+    .venv/bin/python bench/eval_agreement.py --set squad_dev --real 240 --judge-only --rescore
 """
 
 from __future__ import annotations
@@ -153,6 +163,41 @@ def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
     }
 
 
+def judge_figures(rows: list[dict], first_draw: set[str]) -> dict:
+    """The judge's AUC against gold correctness with a bootstrap 95% interval (questions resampled), and the
+    same AUC over the first draw's questions alone (to set beside the stored 120-question figure)."""
+    judged = [(r["faithfulness"], bool(r["correct"]), r["id"]) for r in rows if r.get("faithfulness") is not None and r.get("correct") is not None]
+    auc = lambda sample: roc_auc([p for p, _, _ in sample], [y for _, y, _ in sample])  # noqa: E731
+    rng, draws = random.Random(SEED), []
+    for _ in range(BOOTSTRAP):
+        value = auc([judged[rng.randrange(len(judged))] for _ in judged])
+        if value == value:  # a draw with one class only has no AUC
+            draws.append(value)
+    draws.sort()
+    first = [j for j in judged if j[2] in first_draw]
+    return {"judge_auc": round(auc(judged), 4), "judge_auc_interval95": [round(draws[int(0.025 * len(draws))], 4), round(draws[int(0.975 * len(draws)) - 1], 4)],
+            "judge_n": len(judged), "judge_failed": sum(1 for r in rows if r.get("faithfulness") is None), "share_right": round(mean(y for _, y, _ in judged), 4),
+            "first_draw": {"judge_auc": round(auc(first), 4), "judge_n": len(first)}}
+
+
+def judged_folder(set_name: str, real: int):
+    return CACHE / "eval_agreement" / f"{set_name}-judged-{real}" / "real-plain"
+
+
+def rescore_judge(set_name: str, real: int) -> int:
+    """``larger_judge`` again from its run's rows (zero LLM calls)."""
+    data = json.loads(OUT.read_text())
+    stored = data["sets"][set_name]["larger_judge"]
+    _, chosen = sampled_paragraphs(set_name, data["sets"][set_name]["paragraphs"])
+    first = {item.id for item in real_questions(set_name, set(chosen), FIRST_REAL_DRAW)}
+    figures = judge_figures(load_run(judged_folder(set_name, real))["rows"], first)
+    changed = {k: (stored[k], v) for k, v in figures.items() if stored.get(k) != v}
+    if changed:
+        raise SystemExit(f"the rows in {judged_folder(set_name, real)} do not give the stored figures: {changed}")
+    print(json.dumps(figures, indent=1))
+    return 0
+
+
 def rescore(set_name: str, real: int) -> int:
     """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
     data = json.loads(OUT.read_text())
@@ -185,9 +230,12 @@ def main() -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--judge-task", default=DEFAULT_TASK, choices=sorted(FAITHFULNESS_TASKS))
     parser.add_argument("--rescore", action="store_true", help="recompute the figures from the finished runs of --set (no LLM call)")
+    parser.add_argument("--judge-only", action="store_true", help="only plain's answers to the --real questions (above 120), every one judged: the judge's AUC on a larger set")
     args = parser.parse_args()
+    if args.judge_only and args.real <= FIRST_REAL_DRAW:
+        parser.error(f"--judge-only measures a larger real set than the first {FIRST_REAL_DRAW}, whose judge the full run already reads")
     if args.rescore:
-        return rescore(args.set, args.real)
+        return rescore_judge(args.set, args.real) if args.judge_only else rescore(args.set, args.real)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -214,6 +262,8 @@ def main() -> int:
 
     judge_llm = build_chat_generator(ModelConfig(llm=args.judge_model))
     judge = LocalJudge(judge_llm, task=args.judge_task, model_name=args.judge_model)
+    if args.judge_only:
+        return judge_larger(args, config, index, llm, judge, cache, real_path, set(chosen), started)
     results: dict[str, dict[str, dict]] = {"generated": {}, "real": {}}
     for which, path in (("generated", generated_path), ("real", real_path)):
         items, _ = load_testset(path)
@@ -253,6 +303,24 @@ def main() -> int:
     data["run"] = run_facts()
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: v for k, v in entry.items() if k != "per_strategy"}, indent=1))
+    return 0
+
+
+def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: LLMCache, real_path, chosen: set[str], started: float) -> int:
+    """plain on the larger real set, every answer judged; the figures to the set's ``larger_judge`` section."""
+    items, _ = load_testset(real_path)
+    plain = resolve("plain")
+    run = EvalRun.open(judged_folder(args.set, args.real), plain, config, real_path, items,
+                       known_chunks=set(index.chunks), judge_model=judge.label, chat_generator=llm)
+    run.execute(AgenticRAG(plain.features, config=config, index=index, chat_generator=llm), judge=judge, cache=cache)
+    first = {item.id for item in real_questions(args.set, chosen, FIRST_REAL_DRAW)}
+    figures = judge_figures(run.rows(), first) | {
+        "real_questions": len(items), "judge_model": args.judge_model, "judge_task": args.judge_task, "model": args.model,
+        "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1)}
+    data = json.loads(OUT.read_text())
+    data["sets"][args.set]["larger_judge"] = figures
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(figures, indent=1))
     return 0
 
 

@@ -290,8 +290,12 @@ def summary_table() -> str:
             more = e.get("larger_real")
             return f" ({more['kendall_tau']['retrieval']:.2f}, {more['kendall_tau']['answer']:.2f} with {more['real_questions']} real questions)" if more else ""
 
+        def judged(e: dict) -> str:
+            more = e.get("larger_judge")
+            return f" ({more['judge_auc']:.2f} with {more['real_questions']})" if more else ""
+
         figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers{larger(e)}, judge AUC "
-                            f"{e['judge_auc']:.2f}" for name, e in agreement["sets"].items())
+                            f"{e['judge_auc']:.2f}{judged(e)}" for name, e in agreement["sets"].items())
         rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
                     f"questions from 300 paragraphs a set, every paragraph indexed | [docs/evaluation.md](docs/evaluation.md) |")
     conversation = load("conversation.json")
@@ -387,6 +391,13 @@ def parity_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def larger_judge_cell(judged: dict) -> str:
+    """The judge's AUC on a larger real set: the figure, its bootstrap interval, n, and the first 120 again."""
+    low, high = judged["judge_auc_interval95"]
+    first = judged["first_draw"]
+    return f"{judged['judge_auc']:.2f} [{low:.2f}, {high:.2f}] ({judged['judge_n']}; its first {first['judge_n']}: {first['judge_auc']:.2f})"
+
+
 def agreement_table(d: dict) -> str:
     """bench/results/eval_agreement.json: does a generated test set rank strategies as the real questions do?"""
     def tau(e: dict, which: str) -> str:
@@ -407,8 +418,15 @@ def agreement_table(d: dict) -> str:
     for name, e in d["sets"].items():
         judge = f"{e['judge_auc'] if e['judge_auc'] is None else format(e['judge_auc'], '.2f')} ({e['judge_n']})"
         lines.append(row(name, e, e, judge, e["judge_model"].split("-")[-1]))
-        if larger := e.get("larger_real"):  # the same generated runs against a larger real set; the judge read the 120 only
-            lines.append(row(f"{name}, {larger['real_questions']} real questions", e, larger, f"– (judged on the {e['real_questions']})", "–"))
+        larger, judged = e.get("larger_real"), e.get("larger_judge")
+        if judged and not (larger and larger["real_questions"] == judged["real_questions"]):
+            # the judge alone on a larger real set (plain's answers, no other strategy): a row of its own
+            lines.append(f"| {name}, {judged['real_questions']} real questions, judge only | 1 (plain) | – | – | – | {larger_judge_cell(judged)} | – | "
+                         f"{judged['real_questions']} | {judged['model'].split('-')[-1]} / {judged['judge_model'].split('-')[-1]} |")
+        if larger:  # the same generated runs against a larger real set
+            same = judged and judged["real_questions"] == larger["real_questions"]
+            lines.append(row(f"{name}, {larger['real_questions']} real questions", e, larger,
+                             larger_judge_cell(judged) if same else f"– (judged on the {e['real_questions']})", judged["judge_model"].split("-")[-1] if same else "–"))
     strategies = next(iter(d["sets"].values()))["strategies"]
     lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
     for name, e in d["sets"].items():
@@ -417,7 +435,8 @@ def agreement_table(d: dict) -> str:
             sets.append((f"real, {larger['real_questions']}", larger["per_strategy"]["real"]))
         for which, per in sets:
             lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
-    commands = ", ".join(f"`{command}`" for e in d["sets"].values() for command in [e["command"]] + ([e["larger_real"]["command"]] if e.get("larger_real") else []))
+    commands = ", ".join(f"`{command}`" for e in d["sets"].values()
+                         for command in [e["command"]] + [e[part]["command"] for part in ("larger_real", "larger_judge") if e.get(part)])
     lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "
               "the questions (the answers' τ over the generated set's answerable items: neither SQuAD v1.1 dev nor SQuAD-Shifts new_wiki has an unanswerable question). "
               "Split-half τ: one set's questions split at random into two halves, τ between the halves' rankings (median of 1,000 splits) — "

@@ -77,3 +77,49 @@ def test_the_agreement_table_shows_a_larger_real_set_beside_the_first(agreement)
     assert "| new_wiki, 480 real questions | 9 | 0.50 [0.10, 0.80] | 0.40 [0.00, 0.70] |" in table
     assert "– (judged on the 120)" in table and "| new_wiki | real, 480: MRR / right |" in table
     assert "`python bench/eval_agreement.py --set new_wiki --real 480`" in table
+
+
+def test_the_judge_on_a_larger_set_reports_its_interval_its_failures_and_the_first_draw_again(agreement):
+    rows = [{"id": f"q{j}", "correct": j % 2 == 0, "faithfulness": 0.9 if j % 2 == 0 else 0.1} for j in range(40)]
+    rows += [{"id": "failed", "correct": True, "faithfulness": None}]  # a judge reply that did not parse: counted, not scored
+    figures = agreement.judge_figures(rows, first_draw={f"q{j}" for j in range(10)})
+    assert figures["judge_auc"] == 1.0 and figures["judge_auc_interval95"] == [1.0, 1.0]
+    assert figures["judge_n"] == 40 and figures["judge_failed"] == 1 and figures["share_right"] == 0.5
+    assert figures["first_draw"] == {"judge_auc": 1.0, "judge_n": 10}
+    # a judge that says the same for right and wrong answers: AUC 0.5, an interval around it
+    flat = agreement.judge_figures([{**r, "faithfulness": 0.5} for r in rows[:40]], first_draw=set())
+    assert flat["judge_auc"] == 0.5 and flat["judge_auc_interval95"][0] <= 0.5 <= flat["judge_auc_interval95"][1]
+
+
+def test_judge_only_refuses_the_first_draw_whose_judge_the_full_run_reads(agreement, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["eval_agreement.py", "--set", "squad_dev", "--real", "120", "--judge-only"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == 2
+
+
+def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_first(agreement, monkeypatch):
+    import json
+
+    from ragkit.ui.eval_view import agreement_html
+
+    judged = {"judge_auc": 0.74, "judge_auc_interval95": [0.66, 0.81], "judge_n": 236, "judge_failed": 0, "share_right": 0.5,
+              "first_draw": {"judge_auc": 0.71, "judge_n": 118}, "real_questions": 240, "judge_model": "qwen2.5-coder-1.5b",
+              "judge_task": "correct", "model": "qwen2.5-coder-0.5b", "command": "python bench/eval_agreement.py --set squad_dev --real 240 --judge-only"}
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    squad = data["sets"]["squad_dev"]
+    squad["larger_judge"] = judged
+    squad.pop("larger_real", None)
+    with bench_module("tables") as tables:
+        table = tables.agreement_table(data)
+        committed = tables.load
+        monkeypatch.setattr(tables, "load", lambda name: data if name == "eval_agreement.json" else committed(name))
+        summary = tables.summary_table()
+        # a larger real set of the same size: the judge fills that row's cell instead of a row of its own
+        squad["larger_real"] = {**data["sets"]["new_wiki"]["larger_real"], "real_questions": 240, "command": "python bench/eval_agreement.py --set squad_dev --real 240"}
+        both = tables.agreement_table(data)
+    assert "| squad_dev, 240 real questions, judge only | 1 (plain) | – | – | – | 0.74 [0.66, 0.81] (236; its first 118: 0.71) | – | 240 | 0.5b / 1.5b |" in table
+    assert "`python bench/eval_agreement.py --set squad_dev --real 240 --judge-only`" in table
+    assert f"judge AUC {squad['judge_auc']:.2f} (0.74 with 240)" in summary
+    assert "judge only |" not in both and "0.74 [0.66, 0.81] (236; its first 118: 0.71) | 106 (120) | 240 | 0.5b / 1.5b |" in both
+    assert f"{squad['judge_auc']:.2f} (0.74 on 240)" in agreement_html(data)

@@ -259,9 +259,13 @@ def agreement_html(data: dict[str, Any]) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
         return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
+    def judge(e: dict[str, Any]) -> str:
+        more = e.get("larger_judge")  # the judge alone on a larger real set, beside the first run's figure
+        return f"{e['judge_auc']:.2f}" + (f" ({more['judge_auc']:.2f} on {more['real_questions']})" if more else "")
+
     # short headers: the table must fit the notebook at laptop width (what each means is in the cell above)
     rows = [{"set": name, "strategies": len(e["strategies"]), "τ retrieval [95% CI]": tau(e, "retrieval"),
-             "τ answers [95% CI]": tau(e, "answer"), "judge AUC": e["judge_auc"],
+             "τ answers [95% CI]": tau(e, "answer"), "judge AUC": judge(e),
              "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real": e["real_questions"]}
             for name, e in (data.get("sets") or {}).items()]
     return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
