@@ -177,7 +177,7 @@ def judge_figures(rows: list[dict], first_draw: set[str]) -> dict:
     first = [j for j in judged if j[2] in first_draw]
     return {"judge_auc": round(auc(judged), 4), "judge_auc_interval95": [round(draws[int(0.025 * len(draws))], 4), round(draws[int(0.975 * len(draws)) - 1], 4)],
             "judge_n": len(judged), "declined_not_judged": sum(1 for r in rows if r.get("faithfulness") is None and r.get("declined")),
-            "judge_failed": sum(1 for r in rows if r.get("faithfulness") is None and not r.get("declined")), "share_right": round(mean(y for _, y, _ in judged), 4),
+            "judge_failed": sum(1 for r in rows if r.get("faithfulness") is None and not r.get("declined")), "share_right_of_judged": round(mean(y for _, y, _ in judged), 4),
             "first_draw": {"judge_auc": round(auc(first), 4), "judge_n": len(first)}}
 
 

@@ -85,7 +85,7 @@ def test_the_judge_on_a_larger_set_reports_its_interval_its_failures_and_the_fir
     rows += [{"id": "declined", "correct": False, "declined": True, "faithfulness": None}]  # no answer to judge
     figures = agreement.judge_figures(rows, first_draw={f"q{j}" for j in range(10)})
     assert figures["judge_auc"] == 1.0 and figures["judge_auc_interval95"] == [1.0, 1.0]
-    assert figures["judge_n"] == 40 and figures["judge_failed"] == 1 and figures["declined_not_judged"] == 1 and figures["share_right"] == 0.5
+    assert figures["judge_n"] == 40 and figures["judge_failed"] == 1 and figures["declined_not_judged"] == 1 and figures["share_right_of_judged"] == 0.5
     assert figures["first_draw"] == {"judge_auc": 1.0, "judge_n": 10}
     # a judge that says the same for right and wrong answers: AUC 0.5, an interval around it
     flat = agreement.judge_figures([{**r, "faithfulness": 0.5} for r in rows[:40]], first_draw=set())
@@ -104,7 +104,7 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
 
     from ragkit.ui.eval_view import agreement_html
 
-    judged = {"judge_auc": 0.74, "judge_auc_interval95": [0.66, 0.81], "judge_n": 236, "declined_not_judged": 4, "judge_failed": 0, "share_right": 0.5,
+    judged = {"judge_auc": 0.74, "judge_auc_interval95": [0.66, 0.81], "judge_n": 236, "declined_not_judged": 4, "judge_failed": 0, "share_right_of_judged": 0.5,
               "first_draw": {"judge_auc": 0.71, "judge_n": 118}, "real_questions": 240, "judge_model": "qwen2.5-coder-1.5b",
               "judge_task": "correct", "model": "qwen2.5-coder-0.5b", "command": "python bench/eval_agreement.py --set squad_dev --real 240 --judge-only"}
     data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
