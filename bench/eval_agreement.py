@@ -145,19 +145,24 @@ def split_half(rows: dict[str, list[dict]], measure: str, keep, splits: int = BO
     return {"median": round(taus[splits // 2], 4), "range90": [round(taus[int(0.05 * splits)], 4), round(taus[int(0.95 * splits) - 1], 4)], "half": half}
 
 
+def judged_answers(rows: list[dict]) -> list[tuple[float, bool, str]]:
+    """(the judge's faithfulness, right by the gold answers, question id) of every answer the judge scored."""
+    return [(r["faithfulness"], bool(r["correct"]), r["id"]) for r in rows if r.get("faithfulness") is not None and r.get("correct") is not None]
+
+
 def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
     """Every figure computed from the runs' rows: the taus with their intervals, each ranking's split-half tau, the judge's AUC."""
     answerable = lambda r: r["kind"] != "unanswerable"  # noqa: E731
     keeps = {"retrieval": ("mrr", answerable), "answer": ("correct", answerable), "answer_with_unanswerable": ("correct", lambda r: True)}
     agreements = {name: agreement(rows["generated"], rows["real"], measure, keep) for name, (measure, keep) in keeps.items()}
-    judged = [(r["faithfulness"], bool(r["correct"])) for r in rows["real"]["plain"] if r.get("faithfulness") is not None and r.get("correct") is not None]
+    judged = judged_answers(rows["real"]["plain"])
     return {
         "agreements": agreements,
         "kendall_tau": {name: a["tau"] for name, a in agreements.items()},
         "kendall_tau_interval95": {name: a["interval95"] for name, a in agreements.items()},
         "split_half_tau": {name: {"generated": split_half(rows["generated"], measure, keep), "real": split_half(rows["real"], measure, lambda r: True)}
                            for name, (measure, keep) in keeps.items() if name != "answer_with_unanswerable"},
-        "judge_auc": round(roc_auc([p for p, _ in judged], [y for _, y in judged]), 4) if judged else None,
+        "judge_auc": round(roc_auc([p for p, _, _ in judged], [y for _, y, _ in judged]), 4) if judged else None,
         "judge_n": len(judged),
         "scored_items": {name: {"generated": a["n_generated"], "real": a["n_real"]} for name, a in agreements.items()},
     }
@@ -166,7 +171,7 @@ def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
 def judge_figures(rows: list[dict], first_draw: set[str]) -> dict:
     """The judge's AUC against gold correctness with a bootstrap 95% interval (questions resampled), and the
     same AUC over the first draw's questions alone (to set beside the stored 120-question figure)."""
-    judged = [(r["faithfulness"], bool(r["correct"]), r["id"]) for r in rows if r.get("faithfulness") is not None and r.get("correct") is not None]
+    judged = judged_answers(rows)
     auc = lambda sample: roc_auc([p for p, _, _ in sample], [y for _, y, _ in sample])  # noqa: E731
     rng, draws = random.Random(SEED), []
     for _ in range(BOOTSTRAP):

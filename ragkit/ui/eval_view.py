@@ -261,7 +261,8 @@ def agreement_html(data: dict[str, Any]) -> str:
 
     def judge(e: dict[str, Any]) -> str:
         more = e.get("larger_judge")  # the judge alone on a larger real set, beside the first run's figure
-        return f"{e['judge_auc']:.2f}" + (f" ({more['judge_auc']:.2f} on {more['real_questions']})" if more else "")
+        first = "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}"  # a run whose judge scored nothing
+        return first + (f" ({more['judge_auc']:.2f} on {more['real_questions']})" if more else "")
 
     # short headers: the table must fit the notebook at laptop width (what each means is in the cell above)
     rows = [{"set": name, "strategies": len(e["strategies"]), "τ retrieval [95% CI]": tau(e, "retrieval"),
