@@ -45,9 +45,13 @@ from ragkit.index.versions import EmbedderMismatchError, IndexCorruptedError, In
 
 INDEX_FORMAT_VERSION = 1
 _FILES = ("chunks.jsonl", "parents.jsonl", "dense.faiss", "sparse/sparse.json")
-# A reader whose version folder is removed under it (a save finished meanwhile) re-reads CURRENT;
-# each retry needs another complete save to land inside one load, so a few are plenty.
-_LOAD_ATTEMPTS = 6
+# A reader whose version folder is removed under it (a save finished meanwhile) re-reads CURRENT
+# and tries again. A retry fails only if yet another save lands inside its load, which a writer
+# saving back to back on a loaded machine can do several times in a row, so the reader keeps trying
+# (backing off) for a time budget rather than a fixed few attempts; only a writer that never
+# pauses that long starves it.
+_LOAD_RETRY_BUDGET_S = 10.0
+_LOAD_BACKOFF_MAX_S = 0.2
 
 
 @dataclass
@@ -183,7 +187,10 @@ class IndexFilesMixin:
     def load(cls, path: str | Path, expected_embedder: str | None = None) -> Self:
         path = Path(path)
         failure: Exception | None = None
-        for attempt in range(_LOAD_ATTEMPTS):
+        deadline = time.monotonic() + _LOAD_RETRY_BUDGET_S
+        attempt = 0
+        while attempt == 0 or time.monotonic() < deadline:
+            attempt += 1
             folder = versions.live_dir(path)
             if folder is None:
                 raise IndexNotFoundError(f"No ragkit index at {path} (no CURRENT or manifest.json). Build one with: ragkit index <folder>")
@@ -195,12 +202,13 @@ class IndexFilesMixin:
                 if versions.live_dir(path) == folder:
                     raise  # the live version itself is bad, not one a save replaced while we read it
                 failure = exc
-                time.sleep(0.01 * (attempt + 1))
+                time.sleep(min(0.01 * 2**attempt, _LOAD_BACKOFF_MAX_S))
                 continue
             index.path = path
             return index
         raise IndexCorruptedError(
-            f"Index at {path} kept changing while it was read ({_LOAD_ATTEMPTS} saves in a row landed during one load); "
+            f"Index at {path} kept changing while it was read ({attempt} loads in {_LOAD_RETRY_BUDGET_S:.0f} s each "
+            "overtaken by a save); "
             f"try again. Last error: {failure}"
         )
 

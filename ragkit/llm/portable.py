@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -56,6 +57,30 @@ def model_params(**fields: Any) -> Iterator[None]:
             low_level.llama_model_default_params = original
 
 
+@contextmanager
+def interrupts_held_until_return() -> Iterator[None]:
+    """Hold a Ctrl-C that lands inside the block and raise it when the block returns.
+
+    llama-cpp-python sends llama.cpp's log lines to Python through a ctypes callback, and llama.cpp
+    logs all through a model load. A ``KeyboardInterrupt`` raised inside a ctypes callback is printed
+    as "Exception ignored" (to a stderr the load silences) and dropped, so a Ctrl-C during the load
+    was lost and the run went on to answer (measured: SIGINT the moment the GGUF was mapped → exit 0,
+    15 s later). Only the main thread receives signals, so elsewhere this does nothing; so does a
+    SIGINT disposition Python does not own (ignored, or the OS default)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        previous(signal.SIGINT, None)  # the program's own handler: Python's default raises KeyboardInterrupt
+
+
 @component
 class PortableLlamaCppChatGenerator(LlamaCppChatGenerator):
     """llama-cpp-haystack's ``LlamaCppChatGenerator`` for a model named by ragkit's name or a ``.gguf`` path.
@@ -84,7 +109,7 @@ class PortableLlamaCppChatGenerator(LlamaCppChatGenerator):
         if self._model is None:
             self.model_path = str(resolve_gguf(self.model_name))
             self.model_kwargs.update(model_path=self.model_path, n_threads=self.n_threads or os.cpu_count() or 2)
-            with model_params(use_extra_bufts=self.repack_weights):
+            with model_params(use_extra_bufts=self.repack_weights), interrupts_held_until_return():
                 LlamaCppChatGenerator.warm_up(self)
 
     def to_dict(self) -> dict[str, Any]:

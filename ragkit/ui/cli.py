@@ -13,6 +13,7 @@ from ragkit.index.store import DEFAULT_INDEX_DIR
 from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
 from ragkit.ui.cli_common import Interrupted, index_location, live_version, shown
+from ragkit.ui.cli_common import forget_interrupt_seen_in_c_code as _forget_interrupt_seen_in_c_code
 from ragkit.ui.cli_eval import add_eval_commands
 from ragkit.ui.cli_serve import add_serve_commands
 
@@ -377,22 +378,6 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True, soft_wrap=True).print(f"interrupted{shown(said)}", highlight=False)
         _forget_interrupt_seen_in_c_code()
         return 130
-
-
-def _forget_interrupt_seen_in_c_code() -> None:
-    """Let ``return 130`` be the exit code after a Ctrl-C that was handled.
-
-    CPython marks a KeyboardInterrupt as *unhandled* when it escapes code run through ``PyRun_String``, which
-    pybind11 calls while an extension (torch, faiss, …) defines its classes, even if ragkit catches it further
-    up; at exit the interpreter then kills itself with SIGINT (seen as -2, not 130, by a parent process, in about
-    one Ctrl-C in four while the embedding model loads). Each ``PyRun_String`` call resets that mark first, so one
-    empty call clears it; no Python API does."""
-    import ctypes
-
-    try:
-        ctypes.pythonapi.PyRun_SimpleString(b"")
-    except (AttributeError, OSError):  # an interpreter without the C API symbol: the exit code is the only cost
-        pass
 
 
 if __name__ == "__main__":

@@ -49,3 +49,19 @@ def live_version(where: str) -> str | None:
     except (OSError, IndexError_):
         return None
     return str(live) if live else None
+
+
+def forget_interrupt_seen_in_c_code() -> None:
+    """Let ``return 130`` be the exit code after a Ctrl-C that was handled.
+
+    CPython marks a KeyboardInterrupt as *unhandled* when it escapes code run through ``PyRun_String``, which
+    pybind11 calls while an extension (torch, faiss, …) defines its classes, even if ragkit catches it further
+    up; at exit the interpreter then kills itself with SIGINT (seen as -2, not 130, by a parent process, in about
+    one Ctrl-C in four while the embedding model loads). Each ``PyRun_String`` call resets that mark first, so one
+    empty call clears it; no Python API does."""
+    import ctypes
+
+    try:
+        ctypes.pythonapi.PyRun_SimpleString(b"")
+    except (AttributeError, OSError):  # an interpreter without the C API symbol: the exit code is the only cost
+        pass

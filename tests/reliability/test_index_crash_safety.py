@@ -193,6 +193,43 @@ def test_a_reader_whose_version_is_removed_mid_read_retries_on_the_new_one(tmp_p
     assert {s: i.chunks for s, i in loaded.sources.items()} == NEW_SOURCES
 
 
+def test_a_reader_overtaken_by_many_saves_in_a_row_still_loads(tmp_path, monkeypatch):
+    # a writer saving back to back on a loaded machine can land a save inside several loads in a row
+    idx = tmp_path / "idx"
+    build(OLD_SOURCES).save(idx)
+    real = RagIndex._load_folder.__func__
+    calls = []
+
+    def save_in_between(cls, folder, path, expected):
+        calls.append(folder.name)
+        if len(calls) <= 12:
+            build(NEW_SOURCES if len(calls) % 2 else OLD_SOURCES).save(idx)
+        return real(cls, folder, path, expected)
+
+    monkeypatch.setattr(RagIndex, "_load_folder", classmethod(save_in_between))
+    loaded = RagIndex.load(idx)
+    assert len(calls) == 13 and len(set(calls)) == 13
+    assert {s: i.chunks for s, i in loaded.sources.items()} == OLD_SOURCES
+
+
+def test_a_reader_a_writer_never_lets_finish_gets_a_clear_error_after_its_budget(tmp_path, monkeypatch):
+    from ragkit.index import store_files
+    from ragkit.index.store import IndexCorruptedError
+
+    idx = tmp_path / "idx"
+    build(OLD_SOURCES).save(idx)
+    real = RagIndex._load_folder.__func__
+
+    def always_overtaken(cls, folder, path, expected):
+        build(OLD_SOURCES).save(idx)
+        return real(cls, folder, path, expected)
+
+    monkeypatch.setattr(store_files, "_LOAD_RETRY_BUDGET_S", 0.3)
+    monkeypatch.setattr(RagIndex, "_load_folder", classmethod(always_overtaken))
+    with pytest.raises(IndexCorruptedError, match="kept changing while it was read"):
+        RagIndex.load(idx)
+
+
 def test_a_corrupted_live_version_is_still_reported_not_retried_away(tmp_path):
     from ragkit.index.store import IndexCorruptedError
 
