@@ -175,20 +175,26 @@ def test_a_flat_index_from_before_loads_and_its_next_save_converts_it(tmp_path):
     assert state(idx) == OLD_SOURCES
 
 
-def test_a_reader_whose_version_is_removed_mid_read_retries_on_the_new_one(tmp_path, monkeypatch):
-    idx = tmp_path / "idx"
-    build(OLD_SOURCES).save(idx)
+def _load_while_other_processes_save(idx, monkeypatch, saves: int) -> tuple[RagIndex, list[str]]:
+    """Load ``idx`` while another process saves (and prunes the version being read) during each of the
+    first ``saves`` loads: NEW_SOURCES, OLD_SOURCES, NEW_SOURCES, …; the version folders read, in order."""
     real = RagIndex._load_folder.__func__
     calls = []
 
     def save_in_between(cls, folder, path, expected):
         calls.append(folder.name)
-        if len(calls) == 1:  # another process saves (and prunes this version) while we read it
-            build(NEW_SOURCES).save(idx)
+        if len(calls) <= saves:
+            build(NEW_SOURCES if len(calls) % 2 else OLD_SOURCES).save(idx)
         return real(cls, folder, path, expected)
 
     monkeypatch.setattr(RagIndex, "_load_folder", classmethod(save_in_between))
-    loaded = RagIndex.load(idx)
+    return RagIndex.load(idx), calls
+
+
+def test_a_reader_whose_version_is_removed_mid_read_retries_on_the_new_one(tmp_path, monkeypatch):
+    idx = tmp_path / "idx"
+    build(OLD_SOURCES).save(idx)
+    loaded, calls = _load_while_other_processes_save(idx, monkeypatch, saves=1)
     assert len(calls) == 2 and calls[0] != calls[1]
     assert {s: i.chunks for s, i in loaded.sources.items()} == NEW_SOURCES
 
@@ -197,17 +203,7 @@ def test_a_reader_overtaken_by_many_saves_in_a_row_still_loads(tmp_path, monkeyp
     # a writer saving back to back on a loaded machine can land a save inside several loads in a row
     idx = tmp_path / "idx"
     build(OLD_SOURCES).save(idx)
-    real = RagIndex._load_folder.__func__
-    calls = []
-
-    def save_in_between(cls, folder, path, expected):
-        calls.append(folder.name)
-        if len(calls) <= 12:
-            build(NEW_SOURCES if len(calls) % 2 else OLD_SOURCES).save(idx)
-        return real(cls, folder, path, expected)
-
-    monkeypatch.setattr(RagIndex, "_load_folder", classmethod(save_in_between))
-    loaded = RagIndex.load(idx)
+    loaded, calls = _load_while_other_processes_save(idx, monkeypatch, saves=12)
     assert len(calls) == 13 and len(set(calls)) == 13
     assert {s: i.chunks for s, i in loaded.sources.items()} == OLD_SOURCES
 
