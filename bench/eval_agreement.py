@@ -318,11 +318,14 @@ def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: 
     plain = resolve("plain")
     run = EvalRun.open(judged_folder(args.set, args.real), plain, config, real_path, items,
                        known_chunks=set(index.chunks), judge_model=judge.label, chat_generator=llm)
+    rows_before = len(run.rows())  # a resumed run: its seconds are only this invocation's
     run.execute(AgenticRAG(plain.features, config=config, index=index, chat_generator=llm), judge=judge, cache=cache)
     first = {item.id for item in real_questions(args.set, chosen, FIRST_REAL_DRAW)}
     figures = judge_figures(run.rows(), first) | {
         "real_questions": len(items), "judge_model": args.judge_model, "judge_task": args.judge_task, "model": args.model,
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1)}
+    if rows_before:
+        figures["seconds_cover_rows_after"] = rows_before
     data = json.loads(OUT.read_text())
     data["sets"][args.set]["larger_judge"] = figures
     OUT.write_text(json.dumps(data, indent=1) + "\n")
