@@ -8,6 +8,13 @@ the judge model over the same sources. The AUC of each against "right by the gol
 is printed and written to ``bench/results/judge_prompt_dev.json``.
 
     .venv/bin/python bench/judge_prompt_dev.py --questions 80
+
+``--max-sources 1,2,3,5`` asks instead how many of the answer's sources the judge should read (the default
+task, each count over the first that many sources): fewer distractors for a small judge, or too little
+context to tell a right span from a wrong one? Written to ``bench/results/judge_sources_dev.json``; the first
+80 questions of a larger ``--questions`` are the 80 above (the same seeded draw, extended).
+
+    .venv/bin/python bench/judge_prompt_dev.py --questions 160 --max-sources 1,2,3,5
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from ragkit.pipeline.engine import AgenticRAG
 
 AGREEMENT_SEED, AGREEMENT_PARAGRAPHS = 29, 300  # bench/eval_agreement.py's sample: kept out of this set
 OUT = ROOT / "bench" / "results" / "judge_prompt_dev.json"
+SOURCES_OUT = ROOT / "bench" / "results" / "judge_sources_dev.json"
 
 
 def main() -> int:
@@ -39,7 +47,9 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=80)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--max-sources", help="compare these counts of sources (comma-separated) for the default task instead of the tasks")
     args = parser.parse_args()
+    counts = sorted({int(n) for n in args.max_sources.split(",")}) if args.max_sources else None
     started = time.perf_counter()
     docs, questions = load_squad_corpus(ROOT / "data" / "squad" / "squaddev_v1.1.json.gz")
     scored = set(random.Random(AGREEMENT_SEED).sample([d.id for d in docs], AGREEMENT_PARAGRAPHS))
@@ -57,18 +67,31 @@ def main() -> int:
         if result.failed or result.declined or not result.sources:
             continue
         row = {"id": q["id"], "answer": result.answer, "right": f1_score(strip_citations(result.answer), q["answers"]) >= 0.5, "p_yes": {}}
-        for name in FAITHFULNESS_TASKS:
-            judge.task = name
+        # counts in rising order: each prompt extends the last one's sources, so llama.cpp reuses their prefix
+        for name in [str(n) for n in counts] if counts else FAITHFULNESS_TASKS:
+            if counts:
+                judge.max_sources = int(name)
+            else:
+                judge.task = name
             row["p_yes"][name] = judge.faithfulness(q["question"], result.answer, result.sources)[0]
         rows.append(row)
-    auc = {name: round(roc_auc([r["p_yes"][name] for r in rows if r["p_yes"][name] is not None],
-                               [r["right"] for r in rows if r["p_yes"][name] is not None]), 4) for name in FAITHFULNESS_TASKS}
-    out = {"benchmark": "evaluation judge's faithfulness task, chosen on SQuAD dev paragraphs outside the agreement sample",
+    names = [str(n) for n in counts] if counts else list(FAITHFULNESS_TASKS)
+
+    def auc_of(subset: list[dict]) -> dict[str, float]:
+        return {name: round(roc_auc([r["p_yes"][name] for r in subset if r["p_yes"][name] is not None],
+                                    [r["right"] for r in subset if r["p_yes"][name] is not None]), 4) for name in names}
+
+    out = {"benchmark": ("how many sources the evaluation judge reads" if counts else "evaluation judge's faithfulness task")
+           + ", chosen on SQuAD dev paragraphs outside the agreement sample",
            "command": "python bench/judge_prompt_dev.py " + " ".join(sys.argv[1:]), "model": args.model, "judge_model": args.judge_model,
-           "questions": len(rows), "right": sum(r["right"] for r in rows), "auc": auc, "rows": rows,
-           "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
-    OUT.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("questions", "right", "auc", "seconds")}, indent=1))
+           "questions": len(rows), "right": sum(r["right"] for r in rows), "auc": auc_of(rows)}
+    if counts:  # the first 80 informed the task's choice; the rest never informed anything
+        first = {q["id"] for q in sample[:80]}
+        out |= {"judge_task": judge.task, "auc_first_80": auc_of([r for r in rows if r["id"] in first]),
+                "auc_after_80": auc_of([r for r in rows if r["id"] not in first])}
+    out |= {"rows": rows, "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
+    (SOURCES_OUT if counts else OUT).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k not in ("rows", "run")}, indent=1))
     return 0
 
 
