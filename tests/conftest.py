@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def make_chunks(source: str, texts: list[str], dim: int = 8) -> list[Document]:
         Document(content=t, meta={"source": source, "chunk_index": i}, embedding=fake_embedding(t, dim))
         for i, t in enumerate(texts)
     ]
+
+
+@pytest.fixture
+def ctrl_c_delivered():
+    """SIGINT handled as a terminal's Ctrl-C is, here and in the processes a test starts: a shell script that
+    runs the tests in the background (``make test &``) starts them with SIGINT ignored, which every child
+    inherits, and a Ctrl-C test would then measure the shell, not ragkit."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

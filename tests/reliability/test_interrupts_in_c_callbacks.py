@@ -15,7 +15,7 @@ import pytest
 
 from ragkit.llm.portable import PortableLlamaCppChatGenerator, interrupts_held_until_return
 
-pytestmark = pytest.mark.fault("hidden_failure")
+pytestmark = [pytest.mark.fault("hidden_failure"), pytest.mark.usefixtures("ctrl_c_delivered")]
 
 _COMPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
 

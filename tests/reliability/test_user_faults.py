@@ -170,6 +170,7 @@ def _llm_loaded_for(process: subprocess.Popen, loaded: list, seconds: float) -> 
 @pytest.mark.integration
 @pytest.mark.llm
 @pytest.mark.fault("hidden_failure")
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_during_ragkit_ask_prints_one_line_and_exits_130(sample_index_dir, tmp_path):
     env = {**os.environ, "RAGKIT_LLM": FAST_LLM, "RAGKIT_MAX_NEW_TOKENS": "400", "RAGKIT_DATA": str(tmp_path / "data")}
     process = subprocess.Popen([*RAGKIT, "ask", "Describe everything about Nikola Tesla's life in detail.", "--index-dir", str(sample_index_dir),
@@ -182,6 +183,7 @@ def test_ctrl_c_during_ragkit_ask_prints_one_line_and_exits_130(sample_index_dir
 
 
 @pytest.mark.fault("hidden_failure")
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_while_the_command_loads_its_libraries_prints_one_line_and_exits_130(tmp_path):
     """Before the entry point imported the CLI inside its handler, a Ctrl-C in the first ~2 s (torch, faiss and
     Haystack loading) printed torch's import traceback and exited -2."""
@@ -200,6 +202,7 @@ def test_ctrl_c_while_the_command_loads_its_libraries_prints_one_line_and_exits_
 
 @pytest.mark.integration
 @pytest.mark.fault("data_loss")
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_during_ragkit_index_leaves_the_index_as_it_was_and_no_lock_or_temporary_folder(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE_DOCS / "wikipedia", docs)
@@ -222,6 +225,7 @@ def test_ctrl_c_during_ragkit_index_leaves_the_index_as_it_was_and_no_lock_or_te
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_a_ctrl_c_caught_after_it_escaped_an_extensions_setup_code_still_exits_130(tmp_path):
     """CPython marks an interrupt that escapes code run through PyRun_String (pybind11 runs some while torch or
     faiss define their classes) as unhandled, and under ``python -m`` then exits by SIGINT even though ragkit
