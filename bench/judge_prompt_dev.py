@@ -85,10 +85,11 @@ def main() -> int:
            + ", chosen on SQuAD dev paragraphs outside the agreement sample",
            "command": "python bench/judge_prompt_dev.py " + " ".join(sys.argv[1:]), "model": args.model, "judge_model": args.judge_model,
            "questions": len(rows), "right": sum(r["right"] for r in rows), "auc": auc_of(rows)}
-    if counts:  # the first 80 informed the task's choice; the rest never informed anything
+    if counts:
+        out["judge_task"] = judge.task
+    if counts and len(sample) > 80:  # the first 80 informed the task's choice; the rest never informed anything (no empty half)
         first = {q["id"] for q in sample[:80]}
-        out |= {"judge_task": judge.task, "auc_first_80": auc_of([r for r in rows if r["id"] in first]),
-                "auc_after_80": auc_of([r for r in rows if r["id"] not in first])}
+        out |= {"auc_first_80": auc_of([r for r in rows if r["id"] in first]), "auc_after_80": auc_of([r for r in rows if r["id"] not in first])}
     out |= {"rows": rows, "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
     (SOURCES_OUT if counts else OUT).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k not in ("rows", "run")}, indent=1))
