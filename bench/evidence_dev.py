@@ -122,7 +122,7 @@ def model_choice(kept, model: str, n: int) -> dict:
         prompt = probe.format(context_messages(docs, grade_task(q["question"], len(docs))))
         reply = "["
         for i, c in enumerate(top):
-            out = probe.next_token_logits(prompt + reply)[digits]
+            out = probe.next_token_logits(prompt + reply, continues_call=i > 0)[digits]
             p = np.exp(out - out.max())
             p /= p.sum()
             c["grades"] = float(p @ np.arange(10))

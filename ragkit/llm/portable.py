@@ -29,6 +29,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
 from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
 
+from ragkit.llm.aligned_reuse import attach
 from ragkit.llm.models import hub_offline, resolve_embedder, resolve_gguf
 
 
@@ -111,6 +112,7 @@ class PortableLlamaCppChatGenerator(LlamaCppChatGenerator):
             self.model_kwargs.update(model_path=self.model_path, n_threads=self.n_threads or os.cpu_count() or 2)
             with model_params(use_extra_bufts=self.repack_weights), interrupts_held_until_return():
                 LlamaCppChatGenerator.warm_up(self)
+            attach(self._model)  # reuse the prompt cache in whole blocks: a reply depends on its prompt alone
 
     def to_dict(self) -> dict[str, Any]:
         generation = {k: v for k, v in self.generation_kwargs.items() if k != "seed"}

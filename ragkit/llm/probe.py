@@ -4,10 +4,11 @@
 llama-cpp-python only returns log-probabilities when the model was loaded with ``logits_all=True``,
 which computes the 150k-way output layer for *every* prompt token — far too slow on a CPU. This
 probe formats the chat exactly as ``create_chat_completion`` does (the GGUF's own chat template),
-evaluates only the tokens after the longest prefix already in the KV cache, and reads the last
-position's logits. Consecutive probes that share a prefix (the sources, the question) therefore
-cost only their differing tail, and so do answer/grade calls made through the generator, since
-they share the same cache.
+evaluates only the tokens after the prefix already in the KV cache, and reads the last position's
+logits. Consecutive probes that share a prefix (the sources, the question) therefore cost only
+their differing tail, and so do answer/grade calls made through the generator, since they share
+the same cache. The prefix is reused in whole blocks (:mod:`ragkit.llm.aligned_reuse`), so a
+probability depends on its prompt alone, not on what was asked before it.
 
 While an LLM cache is active (:mod:`ragkit.llm.cache`), a probe already made with the same model,
 prompt and labels is answered from it: ``usage_since`` then reports a cache hit, not an LLM call.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.aligned_reuse import attach
 from ragkit.llm.cache import active_cache, call_key
 from ragkit.llm.faults import is_llama_cpp
 
@@ -102,17 +104,24 @@ class LlamaProbe:
         chat = [{"role": m.role.value, "content": m.text or ""} for m in messages]
         return self._formatter(messages=chat).prompt
 
-    def next_token_logits(self, prompt: str) -> np.ndarray:
+    def next_token_logits(self, prompt: str, continues_call: bool = False) -> np.ndarray:
+        """The logits of the token after ``prompt``. A new prompt reuses the KV cache block-aligned
+        (:mod:`ragkit.llm.aligned_reuse`), so they depend on the prompt alone; ``continues_call`` is for
+        the same call decoding on (the prompt plus its own reply so far), which reuses all of it."""
         import llama_cpp
 
         llm = self.llm
         tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
         if len(tokens) >= llm.n_ctx():
             raise ValueError(f"prompt of {len(tokens)} tokens does not fit the {llm.n_ctx()}-token context")
-        cached = llm._input_ids.tolist()
-        prefix = min(llm.longest_token_prefix(cached, tokens), len(tokens) - 1)  # re-evaluate >= 1 token for logits
-        llm.n_tokens = prefix
-        llm.eval(tokens[prefix:])
+        if continues_call:
+            prefix = min(llm.longest_token_prefix(llm._input_ids.tolist(), tokens), len(tokens) - 1)  # >= 1 token for logits
+            llm.n_tokens = prefix
+            llm.eval(tokens[prefix:])
+        else:
+            reuse = attach(llm)
+            prefix = reuse.start_for(tokens)
+            reuse.evaluate(tokens, prefix)
         self.forward_passes += 1
         self.reused_tokens += prefix
         self.evaluated_tokens += len(tokens) - prefix
@@ -180,12 +189,12 @@ class LlamaProbe:
         start_eval, start_reused = self.evaluated_tokens, self.reused_tokens
         reply, scores, prompt_counts = "[", [], None
         for i in range(n):
-            logits = self.next_token_logits(prompt + reply)
+            logits = self.next_token_logits(prompt + reply, continues_call=i > 0)
             if prompt_counts is None:
                 prompt_counts = (self.evaluated_tokens - start_eval, self.reused_tokens - start_reused)
             score = int(np.argmax(logits[digit_ids]))
             if score == 1:  # "1" may start "10": the grammar allows "0" or the separator next
-                after_one = self.next_token_logits(prompt + reply + "1")
+                after_one = self.next_token_logits(prompt + reply + "1", continues_call=True)
                 if after_one[digit_ids[0]] > after_one[close if i == n - 1 else comma]:
                     score = 10
             scores.append(score)
@@ -211,8 +220,8 @@ def probe_for(generator: Any) -> LlamaProbe:
 def prompt_cache_split(generator: Any, messages: list[ChatMessage]) -> tuple[int, int] | None:
     """(prompt tokens, tokens llama.cpp will reuse from its KV cache) for a chat call about to be made.
 
-    llama.cpp keeps the longest common token prefix of the previous and the new prompt and
-    evaluates only the rest (at least one token, for fresh logits). None when the generator is not a
+    llama.cpp keeps the common token prefix of the previous and the new prompt, cut to whole blocks
+    (:mod:`ragkit.llm.aligned_reuse`), and evaluates only the rest (at least one token, for fresh logits). None when the generator is not a
     loaded llama.cpp model, or the prompt cannot be formatted."""
     if not LlamaProbe.supports(generator) or getattr(generator, "_model", None) is None:
         return None
@@ -220,7 +229,7 @@ def prompt_cache_split(generator: Any, messages: list[ChatMessage]) -> tuple[int
         probe = probe_for(generator)
         llm = probe.llm
         tokens = llm.tokenize(probe.format(messages).encode("utf-8"), special=True)
-        reused = min(llm.longest_token_prefix(llm._input_ids.tolist(), tokens), len(tokens) - 1)
+        reused = attach(llm).start_for(tokens)
     except Exception:  # counting is diagnostics; it must never break the call it describes
         return None
     return len(tokens), max(reused, 0)
