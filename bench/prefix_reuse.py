@@ -18,7 +18,16 @@ ratio of each median. Then the pipeline's 0.5B answers each question (free text,
 modes: how many answers are the same, and the F1 of each, since every figure committed before the
 aligned reuse was measured with llama.cpp's own.
 
+``--pipeline-only`` measures what a user of the engine sees instead, and adds it to the JSON as
+``pipeline``: for N other seeded questions (an index of all 2,067 dev paragraphs), plain RAG and all
+features on (``Features.all_on()``), the 0.5B, each question asked from an empty cache, then another
+question, then the first again — in each mode, alternating which goes first. Reported per config and
+mode: the median seconds of ``AgenticRAG.ask`` and prompt tokens evaluated, on how many questions the
+answer or the confidence changed with the question asked before, and the aligned/exact ratio of the
+median seconds (and the median of the per-question ratios).
+
     .venv/bin/python bench/prefix_reuse.py --questions 12    -> bench/results/prefix_reuse.json (998 s)
+    .venv/bin/python bench/prefix_reuse.py --pipeline-only --pipeline-questions 8    -> its "pipeline" part
 """
 
 from __future__ import annotations
@@ -30,10 +39,10 @@ import statistics
 import sys
 import time
 
-from squad_common import ROOT, run_facts
+from squad_common import ROOT, run_facts, squad_index
 from tqdm import tqdm
 
-from ragkit.config import ModelConfig
+from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.experiment_sets import load_squad_corpus
 from ragkit.eval.judge import LocalJudge
 from ragkit.eval.metrics import f1_score, strip_citations
@@ -41,6 +50,8 @@ from ragkit.llm.aligned_reuse import DEFAULT_BLOCK, attach
 from ragkit.llm.generators import build_chat_generator, reset_prompt_cache
 from ragkit.llm.probe import probe_for
 from ragkit.llm.prompts import answer_task, context_messages
+from ragkit.pipeline.engine import AgenticRAG
+from ragkit.pipeline.features import Features
 
 AGREEMENT_SEED, AGREEMENT_PARAGRAPHS = 29, 300  # bench/eval_agreement.py's sample: kept out of this set
 OUT = ROOT / "bench" / "results" / "prefix_reuse.json"
@@ -67,11 +78,67 @@ def answers_by_mode(cases: list, blocks: dict, model: str) -> dict:
     }
 
 
+def pipeline_by_mode(pairs: list, blocks: dict, model: str, index) -> dict:
+    """Each question asked fresh, then after another question, by plain RAG and by all features on, in each mode."""
+    generator = build_chat_generator(ModelConfig(llm=model))
+    generator.warm_up()
+    config = RagConfig(models=ModelConfig(llm=model))
+    rags = {"plain": AgenticRAG(Features(), config=config, chat_generator=generator, index=index),
+            "full": AgenticRAG(Features.all_on(), config=config, chat_generator=generator, index=index)}
+    for rag in rags.values():  # embedders, prototypes and the model's pages loaded before anything is timed
+        rag.ask("Warm-up question: what is the capital of France?")
+    reuse = attach(generator._model)
+    rows: dict[str, dict[str, list[dict]]] = {name: {mode: [] for mode in blocks} for name in rags}
+    for i, (q, other) in enumerate(tqdm(pairs, desc=f"pipeline {model}", file=sys.stderr)):
+        for name, rag in rags.items():
+            for mode in (list(blocks) if i % 2 == 0 else list(blocks)[::-1]):
+                reuse.block = blocks[mode]
+                reset_prompt_cache(generator)
+                fresh = rag.ask(q["question"])
+                rag.ask(other["question"])
+                after = rag.ask(q["question"])
+                rows[name][mode].append({
+                    "id": q["id"], "answer_fresh": fresh.answer, "answer_after": after.answer,
+                    "confidence_fresh": fresh.confidence, "confidence_after": after.confidence,
+                    "f1_fresh": 0.0 if fresh.declined else f1_score(strip_citations(fresh.answer), q["answers"]),
+                    "seconds_fresh": round(fresh.seconds, 3), "seconds_after": round(after.seconds, 3),
+                    "evaluated_fresh": fresh.trace.prompt_tokens_evaluated, "evaluated_after": after.trace.prompt_tokens_evaluated,
+                    "llm_calls": fresh.trace.llm_calls,
+                })
+    reuse.block = DEFAULT_BLOCK
+    out: dict = {"model": model, "questions": len(pairs), "configs": {}}
+    for name, by_mode in rows.items():
+        summary = {}
+        for mode, mode_rows in by_mode.items():
+            changes = [abs((r["confidence_after"] or 0.0) - (r["confidence_fresh"] or 0.0)) for r in mode_rows]
+            summary[mode] = {
+                "block": blocks[mode],
+                "answers_changed_by_previous_question": sum(r["answer_after"] != r["answer_fresh"] for r in mode_rows),
+                "confidences_changed_by_previous_question": sum(c != 0 for c in changes),
+                "confidence_abs_change_max": round(max(changes), 5),
+                "mean_f1_fresh": round(statistics.fmean(r["f1_fresh"] for r in mode_rows), 4),
+                "seconds_median": round(statistics.median(r["seconds_fresh"] for r in mode_rows), 3),
+                "prompt_tokens_evaluated_median": statistics.median(r["evaluated_fresh"] for r in mode_rows),
+                "llm_calls_median": statistics.median(r["llm_calls"] for r in mode_rows),
+                "rows": mode_rows,
+            }
+        exact, aligned = summary["exact"], summary["aligned"]
+        summary["ratio_aligned_to_exact"] = {
+            "seconds_median": round(aligned["seconds_median"] / exact["seconds_median"], 3),
+            "per_question_seconds_median": round(statistics.median(a["seconds_fresh"] / e["seconds_fresh"] for a, e in zip(aligned["rows"], exact["rows"])), 3),
+        }
+        summary["same_answer_both_modes"] = sum(a["answer_fresh"] == e["answer_fresh"] for a, e in zip(aligned["rows"], exact["rows"]))
+        out["configs"][name] = summary
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="the pipeline's LLM, for the answers part")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="the pipeline's LLM, for the answers and pipeline parts")
+    parser.add_argument("--pipeline-only", action="store_true", help="measure only the engine (plain and all features) and add it to the JSON")
+    parser.add_argument("--pipeline-questions", type=int, default=8)
     args = parser.parse_args()
     started = time.perf_counter()
     docs, questions = load_squad_corpus(ROOT / "data" / "squad" / "squaddev_v1.1.json.gz")
@@ -79,6 +146,19 @@ def main() -> int:
     by_id = {d.id: d for d in docs}
     rng = random.Random(11)
     pool = [q for q in questions if q["doc_id"] not in scored]
+    blocks = {"exact": None, "aligned": DEFAULT_BLOCK}
+    if args.pipeline_only:
+        out = json.loads(OUT.read_text())
+        judged_ids = {row["id"] for row in out["modes"]["exact"]["rows"]}  # the judge part's questions, kept out
+        picks = random.Random(12).sample([q for q in pool if q["id"] not in judged_ids], 2 * args.pipeline_questions)
+        pairs = list(zip(picks[::2], picks[1::2]))
+        out["pipeline"] = {**pipeline_by_mode(pairs, blocks, args.model, squad_index(docs)), "index_chunks": len(docs),
+                           "command": "python bench/prefix_reuse.py " + " ".join(sys.argv[1:]),
+                           "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
+        OUT.write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps({name: {m: ({k: v for k, v in x.items() if k != "rows"} if isinstance(x, dict) else x) for m, x in c.items()}
+                          for name, c in out["pipeline"]["configs"].items()}, indent=1))
+        return 0
     sample = rng.sample(pool, args.questions)
     cases = []
     for q in sample:
@@ -97,7 +177,6 @@ def main() -> int:
         seconds, usage = time.perf_counter() - t0, probe.usage_since(mark)
         return p_yes, seconds, usage["prompt_tokens"] - usage["prompt_tokens_reused"]
 
-    blocks = {"exact": None, "aligned": DEFAULT_BLOCK}
     rows: dict[str, list[dict]] = {mode: [] for mode in blocks}
     judged(cases[0][0], cases[0][2], cases[0][1])  # the model's pages in memory before anything is timed
     for i, (q, sources, other) in enumerate(tqdm(cases, desc="judge", file=sys.stderr)):
@@ -133,9 +212,11 @@ def main() -> int:
         },
         "modes": modes, "answers": answers, "seconds": round(time.perf_counter() - started, 1), "run": run_facts(),
     }
+    if OUT.exists() and "pipeline" in (previous := json.loads(OUT.read_text())):
+        out["pipeline"] = previous["pipeline"]  # measured by its own command, on other questions
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: ({m: {x: y for x, y in v.items() if x != "rows"} for m, v in out["modes"].items()} if k == "modes" else v)
-                      for k, v in out.items() if k != "run"}, indent=1))
+                      for k, v in out.items() if k not in ("run", "pipeline")}, indent=1))
     return 0
 
 
