@@ -25,19 +25,18 @@ import random
 import sys
 import time
 
-from squad_common import CACHE, ROOT, run_facts
+from squad_common import CACHE, ROOT, agreement_paragraph_ids, load_squad, run_facts
 from tqdm import tqdm
 
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.calibration import roc_auc
-from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
+from ragkit.eval.experiment_sets import index_documents
 from ragkit.eval.judge import FAITHFULNESS_TASKS, LocalJudge
 from ragkit.eval.metrics import f1_score, strip_citations
 from ragkit.eval.strategies import resolve
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.engine import AgenticRAG
 
-AGREEMENT_SEED, AGREEMENT_PARAGRAPHS = 29, 300  # bench/eval_agreement.py's sample: kept out of this set
 OUT = ROOT / "bench" / "results" / "judge_prompt_dev.json"
 SOURCES_OUT = ROOT / "bench" / "results" / "judge_sources_dev.json"
 
@@ -51,8 +50,8 @@ def main() -> int:
     args = parser.parse_args()
     counts = sorted({int(n) for n in args.max_sources.split(",")}) if args.max_sources else None
     started = time.perf_counter()
-    docs, questions = load_squad_corpus(ROOT / "data" / "squad" / "squaddev_v1.1.json.gz")
-    scored = set(random.Random(AGREEMENT_SEED).sample([d.id for d in docs], AGREEMENT_PARAGRAPHS))
+    docs, questions = load_squad()
+    scored = agreement_paragraph_ids(docs)
     pool = [q for q in questions if q["doc_id"] not in scored]
     sample = random.Random(7).sample(pool, args.questions)
     index = index_documents(docs, CACHE / "squad_dev_index_all-MiniLM-L6-v2")

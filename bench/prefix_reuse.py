@@ -39,11 +39,10 @@ import statistics
 import sys
 import time
 
-from squad_common import ROOT, run_facts, squad_index
+from squad_common import ROOT, agreement_paragraph_ids, load_squad, run_facts, squad_index
 from tqdm import tqdm
 
 from ragkit.config import ModelConfig, RagConfig
-from ragkit.eval.experiment_sets import load_squad_corpus
 from ragkit.eval.judge import LocalJudge
 from ragkit.eval.metrics import f1_score, strip_citations
 from ragkit.llm.aligned_reuse import DEFAULT_BLOCK, attach
@@ -53,7 +52,6 @@ from ragkit.llm.prompts import answer_task, context_messages
 from ragkit.pipeline.engine import AgenticRAG
 from ragkit.pipeline.features import Features
 
-AGREEMENT_SEED, AGREEMENT_PARAGRAPHS = 29, 300  # bench/eval_agreement.py's sample: kept out of this set
 OUT = ROOT / "bench" / "results" / "prefix_reuse.json"
 
 
@@ -141,8 +139,8 @@ def main() -> int:
     parser.add_argument("--pipeline-questions", type=int, default=8)
     args = parser.parse_args()
     started = time.perf_counter()
-    docs, questions = load_squad_corpus(ROOT / "data" / "squad" / "squaddev_v1.1.json.gz")
-    scored = set(random.Random(AGREEMENT_SEED).sample([d.id for d in docs], AGREEMENT_PARAGRAPHS))
+    docs, questions = load_squad()
+    scored = agreement_paragraph_ids(docs)
     by_id = {d.id: d for d in docs}
     rng = random.Random(11)
     pool = [q for q in questions if q["doc_id"] not in scored]

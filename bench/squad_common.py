@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +23,15 @@ def load_squad(path: Path = SQUAD_DEV) -> tuple[list[Document], list[dict]]:
     """Every dev paragraph as a Document (id ``article-paragraph``) and every question with its
     gold answers and paragraph id."""
     return load_squad_corpus(path)
+
+
+# bench/eval_agreement.py's SQuAD dev sample (its SEED, --paragraphs 300): choices made on dev questions stay outside it
+AGREEMENT_SEED, AGREEMENT_PARAGRAPHS = 29, 300
+
+
+def agreement_paragraph_ids(docs: list[Document]) -> set[str]:
+    """The SQuAD dev paragraphs whose questions bench/eval_agreement.py scores."""
+    return set(random.Random(AGREEMENT_SEED).sample([d.id for d in docs], AGREEMENT_PARAGRAPHS))
 
 
 def squad_index(docs: list[Document], embedder: str = "all-MiniLM-L6-v2"):

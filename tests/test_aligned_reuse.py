@@ -124,7 +124,6 @@ def test_attach_is_idempotent_and_checks_the_block():
         attach(llm).evaluate(prompt(100), 10)
 
 
-
 def test_block_none_is_llama_cpps_exact_prefix_reuse():
     llm = RecordingLlama()
     reuse = attach(llm, block=None)
@@ -133,6 +132,7 @@ def test_block_none_is_llama_cpps_exact_prefix_reuse():
     llm.evaluated.clear()
     list(llm.generate(prompt(100) + prompt(30, first=700)))
     assert llm.evaluated[0] == (100, 30)
+
 
 # -- the real model ---------------------------------------------------------------------------------
 
