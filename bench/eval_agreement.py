@@ -48,6 +48,12 @@ the 120-question ``judge_auc`` and never over it — decided before the run, wha
 
     .venv/bin/python bench/eval_agreement.py --set squad_dev --real 240 --judge-only
     .venv/bin/python bench/eval_agreement.py --set squad_dev --real 240 --judge-only --rescore
+
+A ``larger_judge`` measured since the prompt cache is reused in whole blocks (``prompt_reuse_block``) keeps
+the one measured before it under ``before_aligned_reuse``. Beside the AUC, a diagnosis that is never the
+target: the AUC when an answer that holds a gold answer inside a longer reply counts as right
+(``right_if_it_holds_a_gold_answer``, with how many answers that relabels), since F1 >= 0.5 against a short
+gold span counts such a sentence wrong while the judge, asked whether it is correct, says yes.
 """
 
 from __future__ import annotations
@@ -68,9 +74,11 @@ from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
 from ragkit.eval.generate import generate_testset
 from ragkit.eval.judge import DEFAULT_TASK, FAITHFULNESS_TASKS, LocalJudge
+from ragkit.eval.metrics import holds_gold_answer
 from ragkit.eval.runs import EvalRun, load_run
 from ragkit.eval.strategies import resolve
 from ragkit.eval.testset import SQUAD_FILES, load_testset, save_testset, squad_testset
+from ragkit.llm.aligned_reuse import DEFAULT_BLOCK
 from ragkit.llm.cache import LLMCache, llm_cache
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.engine import AgenticRAG
@@ -180,10 +188,19 @@ def judge_figures(rows: list[dict], first_draw: set[str]) -> dict:
             draws.append(value)
     draws.sort()
     first = [j for j in judged if j[2] in first_draw]
-    return {"judge_auc": round(auc(judged), 4), "judge_auc_interval95": [round(draws[int(0.025 * len(draws))], 4), round(draws[int(0.975 * len(draws)) - 1], 4)],
-            "judge_n": len(judged), "declined_not_judged": sum(1 for r in rows if r.get("faithfulness") is None and r.get("declined")),
-            "judge_failed": sum(1 for r in rows if r.get("faithfulness") is None and not r.get("declined")), "share_right_of_judged": round(mean(y for _, y, _ in judged), 4),
-            "first_draw": {"judge_auc": round(auc(first), 4), "judge_n": len(first)}}
+    figures = {"judge_auc": round(auc(judged), 4), "judge_auc_interval95": [round(draws[int(0.025 * len(draws))], 4), round(draws[int(0.975 * len(draws)) - 1], 4)],
+               "judge_n": len(judged), "declined_not_judged": sum(1 for r in rows if r.get("faithfulness") is None and r.get("declined")),
+               "judge_failed": sum(1 for r in rows if r.get("faithfulness") is None and not r.get("declined")), "share_right_of_judged": round(mean(y for _, y, _ in judged), 4),
+               "first_draw": {"judge_auc": round(auc(first), 4), "judge_n": len(first)}}
+    by_id = {r["id"]: r for r in rows}
+    if all(by_id[i].get("gold") for _, _, i in judged):
+        # A diagnosis, never the target: how much of what the judge "gets wrong" is a right answer given as a
+        # sentence, which F1 >= 0.5 against a short gold span counts wrong while the judge calls it right.
+        holds = {i: holds_gold_answer(by_id[i]["answer"], by_id[i]["gold"]) for _, _, i in judged}
+        figures["right_if_it_holds_a_gold_answer"] = {
+            "judge_auc": round(roc_auc([p for p, _, _ in judged], [y or holds[i] for _, y, i in judged]), 4),
+            "relabelled": sum(1 for _, y, i in judged if not y and holds[i]), "wrong_by_f1": sum(1 for _, y, _ in judged if not y)}
+    return figures
 
 
 def judged_folder(set_name: str, real: int):
@@ -197,9 +214,13 @@ def rescore_judge(set_name: str, real: int) -> int:
     _, chosen = sampled_paragraphs(set_name, data["sets"][set_name]["paragraphs"])
     first = {item.id for item in real_questions(set_name, set(chosen), FIRST_REAL_DRAW)}
     figures = judge_figures(load_run(judged_folder(set_name, real))["rows"], first)
-    changed = {k: (stored[k], v) for k, v in figures.items() if stored.get(k) != v}
+    changed = {k: (stored[k], v) for k, v in figures.items() if k in stored and stored[k] != v}
     if changed:
         raise SystemExit(f"the rows in {judged_folder(set_name, real)} do not give the stored figures: {changed}")
+    added = {k: v for k, v in figures.items() if k not in stored}  # a figure added to the script after the run
+    if added:
+        stored.update(added)
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(figures, indent=1))
     return 0
 
@@ -312,6 +333,16 @@ def main() -> int:
     return 0
 
 
+def keeping_the_exact_reuse_figures(figures: dict, before: dict | None) -> dict:
+    """The new ``larger_judge``, with the one measured under llama.cpp's exact prefix reuse (each score a few
+    hundredths off by the call before it) kept beside it under ``before_aligned_reuse``, never lost."""
+    if before and "prompt_reuse_block" not in before:
+        figures["before_aligned_reuse"] = {k: before[k] for k in ("judge_auc", "judge_auc_interval95", "judge_n", "first_draw", "command") if k in before}
+    elif before and "before_aligned_reuse" in before:
+        figures["before_aligned_reuse"] = before["before_aligned_reuse"]
+    return figures
+
+
 def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: LLMCache, real_path, chosen: set[str], started: float) -> int:
     """plain on the larger real set, every answer judged; the figures to the set's ``larger_judge`` section."""
     items, _ = load_testset(real_path)
@@ -326,8 +357,9 @@ def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: 
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1)}
     if rows_before:
         figures["seconds_cover_rows_after"] = rows_before
+    figures["prompt_reuse_block"] = DEFAULT_BLOCK  # each judge score depends on its prompt alone (ragkit.llm.aligned_reuse)
     data = json.loads(OUT.read_text())
-    data["sets"][args.set]["larger_judge"] = figures
+    data["sets"][args.set]["larger_judge"] = keeping_the_exact_reuse_figures(figures, data["sets"][args.set].get("larger_judge"))
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(figures, indent=1))
     return 0

@@ -15,12 +15,18 @@ context to tell a right span from a wrong one? Written to ``bench/results/judge_
 80 questions of a larger ``--questions`` are the 80 above (the same seeded draw, extended).
 
     .venv/bin/python bench/judge_prompt_dev.py --questions 160 --max-sources 1,2,3,5
+
+``--rescore FILE`` adds, with no LLM call, each AUC again with an answer that holds a gold answer inside a
+longer reply counted as right (a diagnosis of what the judge "gets wrong", never the scored definition):
+
+    .venv/bin/python bench/judge_prompt_dev.py --rescore bench/results/judge_sources_dev.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 import random
 import sys
 import time
@@ -32,7 +38,7 @@ from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents
 from ragkit.eval.judge import FAITHFULNESS_TASKS, LocalJudge
-from ragkit.eval.metrics import f1_score, strip_citations
+from ragkit.eval.metrics import f1_score, holds_gold_answer, strip_citations
 from ragkit.eval.strategies import resolve
 from ragkit.llm.generators import build_chat_generator
 from ragkit.pipeline.engine import AgenticRAG
@@ -41,13 +47,37 @@ OUT = ROOT / "bench" / "results" / "judge_prompt_dev.json"
 SOURCES_OUT = ROOT / "bench" / "results" / "judge_sources_dev.json"
 
 
+def auc_right_if_it_holds_a_gold_answer(result: dict, questions: list[dict]) -> dict:
+    """Each stored AUC again, an answer that holds a gold answer counted as right; and how many that relabels."""
+    gold = {q["id"]: q["answers"] for q in questions}
+    holds = {r["id"]: r["right"] or holds_gold_answer(r["answer"], gold[r["id"]]) for r in result["rows"]}
+    names = list(result["auc"])
+    return {"auc": {name: round(roc_auc([r["p_yes"][name] for r in result["rows"] if r["p_yes"][name] is not None],
+                                        [holds[r["id"]] for r in result["rows"] if r["p_yes"][name] is not None]), 4) for name in names},
+            "relabelled": sum(1 for r in result["rows"] if holds[r["id"]] and not r["right"]), "wrong_by_f1": sum(1 for r in result["rows"] if not r["right"])}
+
+
+def rescore(path: str) -> int:
+    """The diagnosis added to a finished result from its rows and SQuAD dev's gold answers (zero LLM calls)."""
+    target = Path(path) if Path(path).is_absolute() else ROOT / path
+    result = json.loads(target.read_text())
+    _, questions = load_squad()
+    result["right_if_it_holds_a_gold_answer"] = auc_right_if_it_holds_a_gold_answer(result, questions)
+    target.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["right_if_it_holds_a_gold_answer"], indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=80)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--max-sources", help="compare these counts of sources (comma-separated) for the default task instead of the tasks")
+    parser.add_argument("--rescore", metavar="FILE", help="add the holds-a-gold-answer diagnosis to a finished result (no LLM call)")
     args = parser.parse_args()
+    if args.rescore:
+        return rescore(args.rescore)
     counts = sorted({int(n) for n in args.max_sources.split(",")}) if args.max_sources else None
     started = time.perf_counter()
     docs, questions = load_squad()
@@ -90,6 +120,7 @@ def main() -> int:
         first = {q["id"] for q in sample[:80]}
         out |= {"auc_first_80": auc_of([r for r in rows if r["id"] in first]), "auc_after_80": auc_of([r for r in rows if r["id"] not in first])}
     out |= {"rows": rows, "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
+    out["right_if_it_holds_a_gold_answer"] = auc_right_if_it_holds_a_gold_answer(out, questions)
     (SOURCES_OUT if counts else OUT).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k not in ("rows", "run")}, indent=1))
     return 0

@@ -442,7 +442,25 @@ def agreement_table(d: dict) -> str:
               "Split-half τ: one set's questions split at random into two halves, τ between the halves' rankings (median of 1,000 splits) — "
               "how far a ranking at half that size agrees with itself, so a low one says that set's order is noise. "
               f"{commands}"]
+    notes = [judge_notes(name, e["larger_judge"]) for name, e in d["sets"].items() if e.get("larger_judge")]
+    if any(notes):
+        lines += ["", " ".join(n for n in notes if n)]
     return "\n".join(lines)
+
+
+def judge_notes(name: str, judged: dict) -> str:
+    """What a larger judge run says beside its AUC: the figure measured before aligned prompt reuse, and the
+    AUC with a right answer given as a sentence counted right (a diagnosis, not the target)."""
+    out = []
+    if before := judged.get("before_aligned_reuse"):
+        low, high = before["judge_auc_interval95"]
+        out.append(f"{name}'s judge on {judged['real_questions']} real questions is measured with each score depending on its prompt alone "
+                   f"(the prompt cache reused in whole {judged['prompt_reuse_block']}-token blocks); before that, with llama.cpp's exact reuse, "
+                   f"it was {before['judge_auc']:.2f} [{low:.2f}, {high:.2f}] ({before['judge_n']}).")
+    if loose := judged.get("right_if_it_holds_a_gold_answer"):
+        out.append(f"Of its {loose['wrong_by_f1']} answers wrong by F1 ≥ 0.5, {loose['relabelled']} hold a gold answer inside a longer reply; "
+                   f"counting those right, the judge's AUC is {loose['judge_auc']:.2f} (a diagnosis of what the judge misses, not the target's definition).")
+    return " ".join(out)
 
 
 def repro_table(d: dict) -> str:

@@ -92,6 +92,28 @@ def test_the_judge_on_a_larger_set_reports_its_interval_its_failures_and_the_fir
     assert flat["judge_auc"] == 0.5 and flat["judge_auc_interval95"][0] <= 0.5 <= flat["judge_auc_interval95"][1]
 
 
+def test_the_judge_is_also_read_with_a_right_answer_given_as_a_sentence_counted_right(agreement):
+    # 20 right short answers the judge scores high; 10 right answers as a sentence (wrong by F1) it also scores high;
+    # 10 wrong answers it scores low: against F1 it looks confused, against "holds a gold answer" it is perfect
+    rows = [{"id": f"r{j}", "correct": True, "faithfulness": 0.9, "answer": "Oswego [1]", "gold": ["Oswego"]} for j in range(20)]
+    rows += [{"id": f"s{j}", "correct": False, "faithfulness": 0.9, "answer": "Montcalm led the attack on Oswego in August. [1]", "gold": ["Oswego"]} for j in range(10)]
+    rows += [{"id": f"w{j}", "correct": False, "faithfulness": 0.1, "answer": "Quebec [1]", "gold": ["Oswego"]} for j in range(10)]
+    figures = agreement.judge_figures(rows, first_draw=set())
+    assert figures["judge_auc"] == 0.75
+    assert figures["right_if_it_holds_a_gold_answer"] == {"judge_auc": 1.0, "relabelled": 10, "wrong_by_f1": 20}
+    assert "right_if_it_holds_a_gold_answer" not in agreement.judge_figures([{k: v for k, v in r.items() if k != "gold"} for r in rows], set())
+
+
+def test_a_new_judge_run_keeps_the_one_measured_with_exact_prompt_reuse_beside_it(agreement):
+    exact = {"judge_auc": 0.7031, "judge_auc_interval95": [0.637, 0.774], "judge_n": 235, "first_draw": {"judge_auc": 0.7719, "judge_n": 116},
+             "command": "python bench/eval_agreement.py --set new_wiki --real 240 --judge-only", "seconds": 714.0}
+    aligned = agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.71, "prompt_reuse_block": 64}, exact)
+    assert aligned["before_aligned_reuse"] == {k: exact[k] for k in ("judge_auc", "judge_auc_interval95", "judge_n", "first_draw", "command")}
+    again = agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.72, "prompt_reuse_block": 64}, aligned)  # a later aligned run keeps it too
+    assert again["before_aligned_reuse"] == aligned["before_aligned_reuse"] and again["judge_auc"] == 0.72
+    assert "before_aligned_reuse" not in agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.7, "prompt_reuse_block": 64}, None)
+
+
 def test_judge_only_refuses_the_first_draw_whose_judge_the_full_run_reads(agreement, monkeypatch):
     monkeypatch.setattr("sys.argv", ["eval_agreement.py", "--set", "squad_dev", "--real", "120", "--judge-only"])
     with pytest.raises(SystemExit) as stopped:
@@ -124,3 +146,22 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
     assert f"judge AUC {squad['judge_auc']:.2f} (0.74 with 240)" in summary
     assert "judge only |" not in both and "0.74 [0.66, 0.81] (236; its first 118: 0.71) | 106 (120) | 240 | 0.5b / 1.5b |" in both
     assert f"{squad['judge_auc']:.2f} (0.74 on 240)" in agreement_html(data)
+    assert "exact reuse" not in table and "hold a gold answer" not in table  # a run without them says nothing of them
+    squad.pop("larger_real")
+    squad["larger_judge"] = agreement.keeping_the_exact_reuse_figures(
+        {**judged, "prompt_reuse_block": 64, "right_if_it_holds_a_gold_answer": {"judge_auc": 0.79, "relabelled": 12, "wrong_by_f1": 104}}, judged)
+    with bench_module("tables") as tables:
+        noted = tables.agreement_table(data)
+    assert "before that, with llama.cpp's exact reuse, it was 0.74 [0.66, 0.81] (236)" in noted
+    assert "Of its 104 answers wrong by F1 ≥ 0.5, 12 hold a gold answer inside a longer reply; counting those right, the judge's AUC is 0.79" in noted
+
+
+@pytest.mark.parametrize("name", ["judge_prompt_dev.json", "judge_sources_dev.json"])
+def test_the_committed_dev_judge_diagnosis_is_what_its_rows_give(name):
+    """The holds-a-gold-answer AUCs in the dev judge results are recomputed from their rows and SQuAD dev's gold."""
+    import json
+
+    with bench_module("judge_prompt_dev") as dev, bench_module("squad_common") as common:
+        result = json.loads((ROOT / "bench" / "results" / name).read_text())
+        assert dev.auc_right_if_it_holds_a_gold_answer(result, common.load_squad()[1]) == result["right_if_it_holds_a_gold_answer"]
+    assert result["right_if_it_holds_a_gold_answer"]["relabelled"] > 0  # the dev rows do hold right answers given as a sentence

@@ -104,6 +104,16 @@ def test_answer_scores_per_kind():
     assert answer_scores(multi, "Where was Tesla born? Smiljan [1]\nWho won? Carolina [2]", False)["f1"] == pytest.approx(0.5)
 
 
+def test_a_gold_answer_held_inside_a_longer_reply_as_whole_words():
+    from ragkit.eval.metrics import f1_score, holds_gold_answer
+
+    reply = "King Sigismund III Vasa moved his court from Kraków to Warsaw in 1596. [1]"
+    assert holds_gold_answer(reply, ["King Sigismund III Vasa"]) and f1_score(reply, ["King Sigismund III Vasa"]) < 0.5
+    assert holds_gold_answer("The Denver Broncos won.", ["Broncos"])
+    assert not holds_gold_answer("10 had a talent for making tools", ["1"])  # whole words, not characters
+    assert not holds_gold_answer("Tolui", ["Ögedei Khan"]) and not holds_gold_answer("anything", ["", "the"])  # an empty gold holds nothing
+
+
 def test_aggregates_say_over_how_many_rows_and_never_hold_nan():
     rows = [
         {"id": "1", "kind": "single", "f1": 1.0, "correct": 1.0, "faithfulness": 0.9, "confidence": 0.8, "seconds": 1.0, "failures": []},

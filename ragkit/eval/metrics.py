@@ -53,6 +53,13 @@ def f1_score(prediction: str, gold: Iterable[str]) -> float:
     return best
 
 
+def holds_gold_answer(prediction: str, gold: Iterable[str]) -> bool:
+    """Whether a gold answer appears, as whole words, inside the prediction: a right answer given as a sentence,
+    which token F1 against a short gold span counts wrong (a looser reading of "right", never the scored one)."""
+    pred = f" {normalize_answer(strip_citations(prediction))} "
+    return any((g := normalize_answer(answer)) and f" {g} " in pred for answer in gold)
+
+
 def content_words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
