@@ -146,7 +146,7 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
     assert f"judge AUC {squad['judge_auc']:.2f} (0.74 with 240)" in summary
     assert "judge only |" not in both and "0.74 [0.66, 0.81] (236; its first 118: 0.71) | 106 (120) | 240 | 0.5b / 1.5b |" in both
     assert f"{squad['judge_auc']:.2f} (0.74 on 240)" in agreement_html(data)
-    assert "exact reuse" not in table and "hold a gold answer" not in table  # a run without them says nothing of them
+    assert "squad_dev's judge on" not in table and "Of its 104" not in table  # a run without them says nothing of them
     squad.pop("larger_real")
     squad["larger_judge"] = agreement.keeping_the_exact_reuse_figures(
         {**judged, "prompt_reuse_block": 64, "right_if_it_holds_a_gold_answer": {"judge_auc": 0.79, "relabelled": 12, "wrong_by_f1": 104}}, judged)
