@@ -16,6 +16,17 @@ context to tell a right span from a wrong one? Written to ``bench/results/judge_
 
     .venv/bin/python bench/judge_prompt_dev.py --questions 160 --max-sources 1,2,3,5
 
+``--answer-likelihood`` asks whether the judge model's own likelihood of the answer adds to P(yes): the
+default task's P(yes), then, over the same sources, the judge's log-probability of each answer token as its
+reply to "copy the shortest exact phrase that answers the question" (one pass for the prompt, reusing the
+sources' blocks, then one a token); AUCs of the geometric-mean token probability, of the answer's whole
+probability, and of P(yes) times the geometric mean (no weight to fit). Written to
+``bench/results/judge_likelihood_dev.json``; the same seeded draw as above. Decided before the first run:
+a score goes on to a scored set only if it beats P(yes) by at least 0.03 of AUC over all the questions and
+is not below it in either half (``clearly_better``).
+
+    .venv/bin/python bench/judge_prompt_dev.py --questions 160 --answer-likelihood
+
 ``--rescore FILE`` adds, with no LLM call, each AUC again with an answer that holds a gold answer inside a
 longer reply counted as right (a diagnosis of what the judge "gets wrong", never the scored definition):
 
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 import random
 import sys
@@ -41,19 +53,41 @@ from ragkit.eval.judge import FAITHFULNESS_TASKS, LocalJudge
 from ragkit.eval.metrics import f1_score, holds_gold_answer, strip_citations
 from ragkit.eval.strategies import resolve
 from ragkit.llm.generators import build_chat_generator
+from ragkit.llm.probe import probe_for
+from ragkit.llm.prompts import context_messages, grounded_answer_task
 from ragkit.pipeline.engine import AgenticRAG
 
 OUT = ROOT / "bench" / "results" / "judge_prompt_dev.json"
 SOURCES_OUT = ROOT / "bench" / "results" / "judge_sources_dev.json"
+LIKELIHOOD_OUT = ROOT / "bench" / "results" / "judge_likelihood_dev.json"
+LIKELIHOOD_SCORES = ("correct", "answer_token_p_geomean", "answer_p", "correct_x_answer_token_p_geomean")
+
+
+def likelihood_scores(judge: LocalJudge, question: str, answer: str, sources: list) -> dict[str, float | None]:
+    """The default task's P(yes), then the judge model's probability of the answer as its own reply, over the same sources."""
+    p_yes = judge.faithfulness(question, answer, sources)[0]
+    reply = strip_citations(answer).strip()
+    logprobs = probe_for(judge.chat_generator).continuation_logprobs(
+        context_messages(sources[: judge.max_sources], grounded_answer_task(question)), reply) if reply else []
+    if p_yes is None or not logprobs:
+        return dict.fromkeys(LIKELIHOOD_SCORES)
+    geomean = math.exp(sum(logprobs) / len(logprobs))
+    return {"correct": p_yes, "answer_token_p_geomean": geomean, "answer_p": math.exp(sum(logprobs)),
+            "correct_x_answer_token_p_geomean": p_yes * geomean, "answer_tokens": len(logprobs)}
+
+
+def score_key(rows: list[dict]) -> str:
+    """Rows keep P(yes) under "p_yes"; the likelihood comparison's rows hold other scores too, under "scores"."""
+    return "scores" if rows and "scores" in rows[0] else "p_yes"
 
 
 def auc_right_if_it_holds_a_gold_answer(result: dict, questions: list[dict]) -> dict:
     """Each stored AUC again, an answer that holds a gold answer counted as right; and how many that relabels."""
     gold = {q["id"]: q["answers"] for q in questions}
     holds = {r["id"]: r["right"] or holds_gold_answer(r["answer"], gold[r["id"]]) for r in result["rows"]}
-    names = list(result["auc"])
-    return {"auc": {name: round(roc_auc([r["p_yes"][name] for r in result["rows"] if r["p_yes"][name] is not None],
-                                        [holds[r["id"]] for r in result["rows"] if r["p_yes"][name] is not None]), 4) for name in names},
+    names, key = list(result["auc"]), score_key(result["rows"])
+    return {"auc": {name: round(roc_auc([r[key][name] for r in result["rows"] if r[key][name] is not None],
+                                        [holds[r["id"]] for r in result["rows"] if r[key][name] is not None]), 4) for name in names},
             "relabelled": sum(1 for r in result["rows"] if holds[r["id"]] and not r["right"]), "wrong_by_f1": sum(1 for r in result["rows"] if not r["right"])}
 
 
@@ -74,6 +108,7 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--max-sources", help="compare these counts of sources (comma-separated) for the default task instead of the tasks")
+    parser.add_argument("--answer-likelihood", action="store_true", help="the judge's likelihood of the answer beside P(yes) (the default task)")
     parser.add_argument("--rescore", metavar="FILE", help="add the holds-a-gold-answer diagnosis to a finished result (no LLM call)")
     args = parser.parse_args()
     if args.rescore:
@@ -96,6 +131,13 @@ def main() -> int:
         if result.failed or result.declined or not result.sources:
             continue
         row = {"id": q["id"], "answer": result.answer, "right": f1_score(strip_citations(result.answer), q["answers"]) >= 0.5, "p_yes": {}}
+        if args.answer_likelihood:
+            scores = likelihood_scores(judge, q["question"], result.answer, result.sources)
+            row["answer_tokens"] = scores.pop("answer_tokens", None)
+            del row["p_yes"]
+            row["scores"] = scores
+            rows.append(row)
+            continue
         # counts in rising order: each prompt extends the last one's sources, so llama.cpp reuses their prefix
         for name in [str(n) for n in counts] if counts else FAITHFULNESS_TASKS:
             if counts:
@@ -104,24 +146,31 @@ def main() -> int:
                 judge.task = name
             row["p_yes"][name] = judge.faithfulness(q["question"], result.answer, result.sources)[0]
         rows.append(row)
-    names = [str(n) for n in counts] if counts else list(FAITHFULNESS_TASKS)
+    names = list(LIKELIHOOD_SCORES) if args.answer_likelihood else [str(n) for n in counts] if counts else list(FAITHFULNESS_TASKS)
+
+    key = score_key(rows)
 
     def auc_of(subset: list[dict]) -> dict[str, float]:
-        return {name: round(roc_auc([r["p_yes"][name] for r in subset if r["p_yes"][name] is not None],
-                                    [r["right"] for r in subset if r["p_yes"][name] is not None]), 4) for name in names}
+        return {name: round(roc_auc([r[key][name] for r in subset if r[key][name] is not None],
+                                    [r["right"] for r in subset if r[key][name] is not None]), 4) for name in names}
 
-    out = {"benchmark": ("how many sources the evaluation judge reads" if counts else "evaluation judge's faithfulness task")
+    out = {"benchmark": ("whether the judge model's likelihood of the answer adds to its P(yes)" if args.answer_likelihood
+                         else "how many sources the evaluation judge reads" if counts else "evaluation judge's faithfulness task")
            + ", chosen on SQuAD dev paragraphs outside the agreement sample",
            "command": "python bench/judge_prompt_dev.py " + " ".join(sys.argv[1:]), "model": args.model, "judge_model": args.judge_model,
            "questions": len(rows), "right": sum(r["right"] for r in rows), "auc": auc_of(rows)}
-    if counts:
+    if counts or args.answer_likelihood:
         out["judge_task"] = judge.task
-    if counts and len(sample) > 80:  # the first 80 informed the task's choice; the rest never informed anything (no empty half)
+    if (counts or args.answer_likelihood) and len(sample) > 80:  # the first 80 informed the task's choice; the rest never informed anything (no empty half)
         first = {q["id"] for q in sample[:80]}
         out |= {"auc_first_80": auc_of([r for r in rows if r["id"] in first]), "auc_after_80": auc_of([r for r in rows if r["id"] not in first])}
+    if args.answer_likelihood and "auc_first_80" in out:
+        halves = (out["auc"], out["auc_first_80"], out["auc_after_80"])
+        out["clearly_better"] = {name: halves[0][name] >= halves[0]["correct"] + 0.03 and all(h[name] >= h["correct"] for h in halves[1:])
+                                 for name in names if name != "correct"}
     out |= {"rows": rows, "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
     out["right_if_it_holds_a_gold_answer"] = auc_right_if_it_holds_a_gold_answer(out, questions)
-    (SOURCES_OUT if counts else OUT).write_text(json.dumps(out, indent=1) + "\n")
+    (LIKELIHOOD_OUT if args.answer_likelihood else SOURCES_OUT if counts else OUT).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k not in ("rows", "run")}, indent=1))
     return 0
 

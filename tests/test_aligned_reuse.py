@@ -167,3 +167,30 @@ def test_a_probability_and_a_greedy_reply_depend_on_their_prompt_alone(local_llm
         assert probe.choice_probs(question, labels) == fresh
         history(n + 1)
         assert reply() == fresh_reply
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_a_replys_log_probabilities_are_those_its_greedy_decoding_saw(local_llm):
+    """continuation_logprobs scores a given reply token by token; on the model's own greedy reply each
+    token's probability is the one decoding recorded, and a reply it would not give scores lower."""
+    from haystack.dataclasses import ChatMessage
+    from llama_cpp import LogitsProcessorList
+
+    from ragkit.llm.probe import probe_for
+    from ragkit.llm.structured import TokenProbabilities
+
+    probe = probe_for(local_llm)
+    question = [ChatMessage.from_system("Answer from the source in a few words."),
+                ChatMessage.from_user("Source: The river gate of Tarn was built in 1412 by the mason Edda Holm.\n\nWho built the river gate?")]
+    recorder = TokenProbabilities()
+    kwargs = {"max_tokens": 8, "temperature": 0.0, "logits_processor": LogitsProcessorList([recorder])}
+    local_llm._model.reset()
+    reply = local_llm.run(messages=question, generation_kwargs=kwargs)["replies"][0].text
+    n = len(recorder.probabilities)
+    scored = probe.continuation_logprobs(question, reply)
+    assert len(scored) >= n - 1  # the end-of-turn token ends decoding but is not part of the reply's text
+    assert np.exp(scored[: n - 1]) == pytest.approx(recorder.probabilities[: n - 1], abs=1e-4)
+    assert sum(probe.continuation_logprobs(question, "Ulla Berg, a carpenter")) < sum(scored)
+    with pytest.raises(ValueError, match="empty"):
+        probe.continuation_logprobs(question, "")

@@ -156,7 +156,7 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
     assert "Of its 104 answers wrong by F1 ≥ 0.5, 12 hold a gold answer inside a longer reply; counting those right, the judge's AUC is 0.79" in noted
 
 
-@pytest.mark.parametrize("name", ["judge_prompt_dev.json", "judge_sources_dev.json"])
+@pytest.mark.parametrize("name", ["judge_prompt_dev.json", "judge_sources_dev.json", "judge_likelihood_dev.json"])
 def test_the_committed_dev_judge_diagnosis_is_what_its_rows_give(name):
     """The holds-a-gold-answer AUCs in the dev judge results are recomputed from their rows and SQuAD dev's gold."""
     import json
@@ -165,3 +165,34 @@ def test_the_committed_dev_judge_diagnosis_is_what_its_rows_give(name):
         result = json.loads((ROOT / "bench" / "results" / name).read_text())
         assert dev.auc_right_if_it_holds_a_gold_answer(result, common.load_squad()[1]) == result["right_if_it_holds_a_gold_answer"]
     assert result["right_if_it_holds_a_gold_answer"]["relabelled"] > 0  # the dev rows do hold right answers given as a sentence
+
+
+def test_the_committed_answer_likelihood_comparison_is_what_its_rows_give():
+    """Each AUC of bench/results/judge_likelihood_dev.json, its halves and the decision written before the run
+    (beat P(yes) by 0.03 over all, not below it in either half) recomputed from the rows; the product is P(yes)
+    times the geometric-mean token probability, row by row."""
+    import json
+    import random
+
+    from ragkit.eval.calibration import roc_auc
+
+    result = json.loads((ROOT / "bench" / "results" / "judge_likelihood_dev.json").read_text())
+    rows = [r for r in result["rows"] if r["scores"]["correct"] is not None]
+    for r in rows:
+        assert r["scores"]["correct_x_answer_token_p_geomean"] == pytest.approx(r["scores"]["correct"] * r["scores"]["answer_token_p_geomean"])
+        assert r["scores"]["answer_p"] == pytest.approx(r["scores"]["answer_token_p_geomean"] ** r["answer_tokens"])
+    with bench_module("judge_prompt_dev") as dev, bench_module("squad_common") as common:
+        docs, questions = common.load_squad()
+        scored = common.agreement_paragraph_ids(docs)
+        first = {q["id"] for q in random.Random(7).sample([q for q in questions if q["doc_id"] not in scored], 80)}  # the script's draw
+    halves = {"auc": rows, "auc_first_80": [r for r in rows if r["id"] in first], "auc_after_80": [r for r in rows if r["id"] not in first]}
+    for key, subset in halves.items():
+        for name in dev.LIKELIHOOD_SCORES:
+            assert round(roc_auc([r["scores"][name] for r in subset], [r["right"] for r in subset]), 4) == result[key][name], (key, name)
+    for name, better in result["clearly_better"].items():
+        assert better == (result["auc"][name] >= result["auc"]["correct"] + 0.03
+                          and all(result[h][name] >= result[h]["correct"] for h in ("auc_first_80", "auc_after_80")))
+    docs = (ROOT / "docs" / "evaluation.md").read_text()  # the page's table is this file's figures, rounded
+    row = lambda name: [f"{result[k][name]:.2f}" for k in ("auc", "auc_first_80", "auc_after_80")] + [f"{result['right_if_it_holds_a_gold_answer']['auc'][name]:.2f}"]  # noqa: E731
+    assert "| P(yes), the judge's task today | " + " | ".join(row("correct")) + " |" in docs
+    assert "| **P(yes) × the geometric mean** | " + " | ".join(f"**{v}**" for v in row("correct_x_answer_token_p_geomean")) + " |" in docs

@@ -18,6 +18,7 @@ Usage::
     probe = LlamaProbe(llama_cpp_chat_generator)
     mark = probe.mark()
     p = probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})   # {"yes": 0.83, "no": 0.17}
+    logp = probe.continuation_logprobs(messages, "Smiljan")   # log P of each token of that reply: [-0.05, -0.31]
     record(**probe.usage_since(mark))    # llm_calls (or cache_hits), prompt tokens evaluated and reused
 """
 
@@ -155,6 +156,41 @@ class LlamaProbe:
         result = {label: float(p) for label, p in zip(label_logits, probs)}
         self._store(key, "choice_probs", result)
         return result
+
+    def continuation_logprobs(self, messages: list[ChatMessage], continuation: str) -> list[float]:
+        """log P of each token of ``continuation`` as the model's reply to ``messages``: how likely the
+        model finds a given reply, one forward pass for the prompt, then one a token.
+
+        The tokens are those of the formatted prompt followed by the continuation, so a reply the
+        model would itself decode greedily gets the probabilities its decoding saw."""
+        prompt = self.format(messages)
+        key, cached = self._cached("continuation_logprobs", prompt, {"continuation": continuation})
+        if cached is not None:
+            return cached
+        llm = self.llm
+        prompt_tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
+        full = llm.tokenize((prompt + continuation).encode("utf-8"), special=True)
+        if full[: len(prompt_tokens)] != prompt_tokens:  # a merge across the boundary: the reply's own tokens
+            full = prompt_tokens + llm.tokenize(continuation.encode("utf-8"), add_bos=False, special=False)
+        tail = full[len(prompt_tokens):]
+        if not tail:
+            raise ValueError("the continuation to score is empty")
+        if len(full) >= llm.n_ctx():
+            raise ValueError(f"prompt and continuation of {len(full)} tokens do not fit the {llm.n_ctx()}-token context")
+        import llama_cpp
+
+        logits = self.next_token_logits(prompt)
+        scores = []
+        for i, token in enumerate(tail):
+            scores.append(float(logits[token] - np.logaddexp.reduce(logits.astype("float64"))))
+            if i < len(tail) - 1:
+                llm.eval([token])  # decoding: never reused by another prompt (aligned_reuse)
+                self.forward_passes += 1
+                self.evaluated_tokens += 1
+                pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+                logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+        self._store(key, "continuation_logprobs", scores)
+        return scores
 
     def leading_citation_token_ids(self) -> np.ndarray:
         """Token ids that would open a reply with "[" or with nothing but whitespace (computed once per model)."""
