@@ -76,6 +76,12 @@ def likelihood_scores(judge: LocalJudge, question: str, answer: str, sources: li
             "correct_x_answer_token_p_geomean": p_yes * geomean, "answer_tokens": len(logprobs)}
 
 
+def dev_draw(docs: list, questions: list[dict], n: int) -> list[dict]:
+    """The seeded draw of ``n`` SQuAD dev questions outside the agreement sample; a larger ``n`` extends a smaller one's."""
+    scored = agreement_paragraph_ids(docs)
+    return random.Random(7).sample([q for q in questions if q["doc_id"] not in scored], n)
+
+
 def score_key(rows: list[dict]) -> str:
     """Rows keep P(yes) under "p_yes"; the likelihood comparison's rows hold other scores too, under "scores"."""
     return "scores" if rows and "scores" in rows[0] else "p_yes"
@@ -116,9 +122,7 @@ def main() -> int:
     counts = sorted({int(n) for n in args.max_sources.split(",")}) if args.max_sources else None
     started = time.perf_counter()
     docs, questions = load_squad()
-    scored = agreement_paragraph_ids(docs)
-    pool = [q for q in questions if q["doc_id"] not in scored]
-    sample = random.Random(7).sample(pool, args.questions)
+    sample = dev_draw(docs, questions, args.questions)
     index = index_documents(docs, CACHE / "squad_dev_index_all-MiniLM-L6-v2")
     config = RagConfig(models=ModelConfig(llm=args.model))
     llm = build_chat_generator(config.models)
@@ -130,14 +134,12 @@ def main() -> int:
         result = rag.ask(q["question"])
         if result.failed or result.declined or not result.sources:
             continue
-        row = {"id": q["id"], "answer": result.answer, "right": f1_score(strip_citations(result.answer), q["answers"]) >= 0.5, "p_yes": {}}
+        row = {"id": q["id"], "answer": result.answer, "right": f1_score(strip_citations(result.answer), q["answers"]) >= 0.5}
         if args.answer_likelihood:
             scores = likelihood_scores(judge, q["question"], result.answer, result.sources)
-            row["answer_tokens"] = scores.pop("answer_tokens", None)
-            del row["p_yes"]
-            row["scores"] = scores
-            rows.append(row)
+            rows.append(row | {"answer_tokens": scores.pop("answer_tokens", None), "scores": scores})
             continue
+        row["p_yes"] = {}
         # counts in rising order: each prompt extends the last one's sources, so llama.cpp reuses their prefix
         for name in [str(n) for n in counts] if counts else FAITHFULNESS_TASKS:
             if counts:

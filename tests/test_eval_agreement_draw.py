@@ -172,7 +172,6 @@ def test_the_committed_answer_likelihood_comparison_is_what_its_rows_give():
     (beat P(yes) by 0.03 over all, not below it in either half) recomputed from the rows; the product is P(yes)
     times the geometric-mean token probability, row by row."""
     import json
-    import random
 
     from ragkit.eval.calibration import roc_auc
 
@@ -182,9 +181,7 @@ def test_the_committed_answer_likelihood_comparison_is_what_its_rows_give():
         assert r["scores"]["correct_x_answer_token_p_geomean"] == pytest.approx(r["scores"]["correct"] * r["scores"]["answer_token_p_geomean"])
         assert r["scores"]["answer_p"] == pytest.approx(r["scores"]["answer_token_p_geomean"] ** r["answer_tokens"])
     with bench_module("judge_prompt_dev") as dev, bench_module("squad_common") as common:
-        docs, questions = common.load_squad()
-        scored = common.agreement_paragraph_ids(docs)
-        first = {q["id"] for q in random.Random(7).sample([q for q in questions if q["doc_id"] not in scored], 80)}  # the script's draw
+        first = {q["id"] for q in dev.dev_draw(*common.load_squad(), 80)}
     halves = {"auc": rows, "auc_first_80": [r for r in rows if r["id"] in first], "auc_after_80": [r for r in rows if r["id"] not in first]}
     for key, subset in halves.items():
         for name in dev.LIKELIHOOD_SCORES:

@@ -109,8 +109,6 @@ class LlamaProbe:
         """The logits of the token after ``prompt``. A new prompt reuses the KV cache block-aligned
         (:mod:`ragkit.llm.aligned_reuse`), so they depend on the prompt alone; ``continues_call`` is for
         the same call decoding on (the prompt plus its own reply so far), which reuses all of it."""
-        import llama_cpp
-
         llm = self.llm
         tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
         if len(tokens) >= llm.n_ctx():
@@ -126,6 +124,13 @@ class LlamaProbe:
         self.forward_passes += 1
         self.reused_tokens += prefix
         self.evaluated_tokens += len(tokens) - prefix
+        return self._last_logits()
+
+    def _last_logits(self) -> np.ndarray:
+        """A copy of the logits after the last evaluated token."""
+        import llama_cpp
+
+        llm = self.llm
         pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
 
@@ -177,8 +182,6 @@ class LlamaProbe:
             raise ValueError("the continuation to score is empty")
         if len(full) >= llm.n_ctx():
             raise ValueError(f"prompt and continuation of {len(full)} tokens do not fit the {llm.n_ctx()}-token context")
-        import llama_cpp
-
         logits = self.next_token_logits(prompt)
         scores = []
         for i, token in enumerate(tail):
@@ -187,8 +190,7 @@ class LlamaProbe:
                 llm.eval([token])  # decoding: never reused by another prompt (aligned_reuse)
                 self.forward_passes += 1
                 self.evaluated_tokens += 1
-                pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-                logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+                logits = self._last_logits()
         self._store(key, "continuation_logprobs", scores)
         return scores
 
