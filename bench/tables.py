@@ -702,37 +702,49 @@ def tables() -> dict[str, str]:
     return out
 
 
-def rewrite_page(page: Path) -> list[str]:
-    """Replace the table right under each ``<!-- name.json -->`` marker; returns the names replaced."""
-    lines, done, out, i = page.read_text().splitlines(), [], [], 0
-    generated = tables()
+def rewritten(text: str, generated: dict[str, str]) -> tuple[str, list[str]]:
+    """``text`` with the block right under each ``<!-- name.json -->`` marker replaced; and the names replaced.
+
+    A block with more than tables (a note, a second table) ends with ``<!-- end name.json -->``, so the
+    old block goes whole, however its paragraphs changed. A page written before those end markers loses
+    its old tables and its note (a one-line paragraph ending with the command in backticks)."""
+    lines, done, out, i = text.splitlines(), [], [], 0
     while i < len(lines):
         out.append(lines[i])
         marker = lines[i].strip()
         name = marker[5:-4].strip() if marker.startswith("<!--") and marker.endswith("-->") else None
         if name in generated:
             i += 1
-            while i < len(lines) and lines[i].startswith("|"):
-                i += 1
-            block = generated[name].splitlines()
-            if any(not line.startswith("|") for line in block):
-                # the old block's further tables and its note (a one-line paragraph ending with the command in
-                # backticks) go too, however many rows or commands they had
-                while i + 1 < len(lines) and lines[i] == "":
-                    following = lines[i + 1]
-                    if following.startswith("|"):
-                        i += 1
-                        while i < len(lines) and lines[i].startswith("|"):
+            block, end = generated[name].splitlines(), f"<!-- end {name} -->"
+            if end in lines[i:]:
+                i = lines.index(end, i) + 1
+            else:
+                while i < len(lines) and lines[i].startswith("|"):
+                    i += 1
+                if any(not line.startswith("|") for line in block):
+                    while i + 1 < len(lines) and lines[i] == "":
+                        following = lines[i + 1]
+                        if following.startswith("|"):
                             i += 1
-                    elif following.rstrip().endswith("`") and (i + 2 == len(lines) or lines[i + 2] == ""):
-                        i += 2
-                    else:
-                        break
+                            while i < len(lines) and lines[i].startswith("|"):
+                                i += 1
+                        elif following.rstrip().endswith("`") and (i + 2 == len(lines) or lines[i + 2] == ""):
+                            i += 2
+                        else:
+                            break
             out.extend(block)
+            if any(not line.startswith("|") for line in block):
+                out.append(end)
             done.append(name)
             continue
         i += 1
-    page.write_text("\n".join(out) + "\n")
+    return "\n".join(out) + "\n", done
+
+
+def rewrite_page(page: Path) -> list[str]:
+    """Rewrite ``page``'s generated blocks from bench/results; returns the names replaced."""
+    text, done = rewritten(page.read_text(), tables())
+    page.write_text(text)
     return done
 
 

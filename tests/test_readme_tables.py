@@ -87,3 +87,21 @@ def test_a_server_that_stopped_after_its_searches_keeps_them_and_says_where_it_s
     assert "31000.0 / 31000.0 / 31000.0 (4 questions, 400 s a stage)" in row
     assert "– (stopped during search: filtered 10%: the server exited)" in row and "– / – (0 / 0 searches)" in row
     assert "19,196 (peak) | 2,299 | – |" in row and row.count("|") == 12
+
+
+def test_regenerating_the_pages_leaves_them_as_they_are():
+    """bench/tables.py --readme on committed pages changes nothing: no note of a block is left behind or written twice."""
+    tables = load_tables()
+    generated = tables.tables()
+    for page in tables.PAGES:
+        text = page.read_text()
+        assert tables.rewritten(text, generated)[0] == text, f"{page.relative_to(ROOT)}: run .venv/bin/python bench/tables.py --readme"
+
+
+def test_a_block_with_a_note_is_replaced_whole_when_its_figures_change():
+    tables = load_tables()
+    page = "intro\n\n<!-- x.json -->\n| a |\n| --- |\n| 1 |\n\nnote: judge 0.70.\n<!-- end x.json -->\n\nafter\n"
+    new, done = tables.rewritten(page, {"x.json": "| a |\n| --- |\n| 2 |\n\nnote: judge 0.80."})
+    assert done == ["x.json"]
+    assert new == "intro\n\n<!-- x.json -->\n| a |\n| --- |\n| 2 |\n\nnote: judge 0.80.\n<!-- end x.json -->\n\nafter\n"
+    assert tables.rewritten(new, {"x.json": "| a |\n| --- |\n| 2 |\n\nnote: judge 0.80."})[0] == new
