@@ -203,8 +203,9 @@ def judge_figures(rows: list[dict], first_draw: set[str]) -> dict:
     return figures
 
 
-def judged_folder(set_name: str, real: int):
-    return CACHE / "eval_agreement" / f"{set_name}-judged-{real}" / "real-plain"
+def judged_folder(set_name: str, real: int, task: str = "correct"):
+    """The judge-only run's folder; a task other than P(yes) of ``correct`` gets its own (a run never mixes two)."""
+    return CACHE / "eval_agreement" / (f"{set_name}-judged-{real}" + ("" if task == "correct" else f"-{task}")) / "real-plain"
 
 
 def rescore_judge(set_name: str, real: int) -> int:
@@ -213,10 +214,11 @@ def rescore_judge(set_name: str, real: int) -> int:
     stored = data["sets"][set_name]["larger_judge"]
     _, chosen = sampled_paragraphs(set_name, data["sets"][set_name]["paragraphs"])
     first = {item.id for item in real_questions(set_name, set(chosen), FIRST_REAL_DRAW)}
-    figures = judge_figures(load_run(judged_folder(set_name, real))["rows"], first)
+    folder = judged_folder(set_name, real, stored.get("judge_task", "correct"))
+    figures = judge_figures(load_run(folder)["rows"], first)
     changed = {k: (stored[k], v) for k, v in figures.items() if k in stored and stored[k] != v}
     if changed:
-        raise SystemExit(f"the rows in {judged_folder(set_name, real)} do not give the stored figures: {changed}")
+        raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
     added = {k: v for k, v in figures.items() if k not in stored}  # a figure added to the script after the run
     if added:
         stored.update(added)
@@ -333,9 +335,17 @@ def main() -> int:
     return 0
 
 
-def keeping_the_exact_reuse_figures(figures: dict, before: dict | None) -> dict:
-    """The new ``larger_judge``, with the one measured under llama.cpp's exact prefix reuse (each score a few
-    hundredths off by the call before it) kept beside it under ``before_aligned_reuse``, never lost."""
+def keeping_the_earlier_figures(figures: dict, before: dict | None) -> dict:
+    """The new ``larger_judge``, never losing the one it replaces: one measured with another faithfulness task
+    is kept under ``other_tasks`` (by its task, with those it kept), one measured under llama.cpp's exact prefix
+    reuse (each score a few hundredths off by the call before it) under ``before_aligned_reuse``."""
+    if before and before.get("judge_task", "correct") != figures.get("judge_task", "correct"):
+        before = dict(before)  # the caller's figures are left as they were
+        other = {**before.pop("other_tasks", {}), before.get("judge_task", "correct"): before}
+        figures["other_tasks"] = {task: kept for task, kept in other.items() if task != figures.get("judge_task", "correct")}
+        return figures
+    if before and "other_tasks" in before:
+        figures["other_tasks"] = before["other_tasks"]
     if before and "prompt_reuse_block" not in before:
         figures["before_aligned_reuse"] = {k: before[k] for k in ("judge_auc", "judge_auc_interval95", "judge_n", "first_draw", "command") if k in before}
     elif before and "before_aligned_reuse" in before:
@@ -347,7 +357,7 @@ def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: 
     """plain on the larger real set, every answer judged; the figures to the set's ``larger_judge`` section."""
     items, _ = load_testset(real_path)
     plain = resolve("plain")
-    run = EvalRun.open(judged_folder(args.set, args.real), plain, config, real_path, items,
+    run = EvalRun.open(judged_folder(args.set, args.real, args.judge_task), plain, config, real_path, items,
                        known_chunks=set(index.chunks), judge_model=judge.label, chat_generator=llm)
     rows_before = len(run.rows())  # a resumed run: its seconds are only this invocation's
     run.execute(AgenticRAG(plain.features, config=config, index=index, chat_generator=llm), judge=judge, cache=cache)
@@ -359,7 +369,7 @@ def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: 
         figures["seconds_cover_rows_after"] = rows_before
     figures["prompt_reuse_block"] = DEFAULT_BLOCK  # each judge score depends on its prompt alone (ragkit.llm.aligned_reuse)
     data = json.loads(OUT.read_text())
-    data["sets"][args.set]["larger_judge"] = keeping_the_exact_reuse_figures(figures, data["sets"][args.set].get("larger_judge"))
+    data["sets"][args.set]["larger_judge"] = keeping_the_earlier_figures(figures, data["sets"][args.set].get("larger_judge"))
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(figures, indent=1))
     return 0

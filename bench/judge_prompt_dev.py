@@ -49,26 +49,23 @@ from tqdm import tqdm
 from ragkit.config import ModelConfig, RagConfig
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents
-from ragkit.eval.judge import FAITHFULNESS_TASKS, LocalJudge
+from ragkit.eval.judge import LocalJudge
 from ragkit.eval.metrics import f1_score, holds_gold_answer, strip_citations
 from ragkit.eval.strategies import resolve
 from ragkit.llm.generators import build_chat_generator
-from ragkit.llm.probe import probe_for
-from ragkit.llm.prompts import context_messages, grounded_answer_task
 from ragkit.pipeline.engine import AgenticRAG
 
 OUT = ROOT / "bench" / "results" / "judge_prompt_dev.json"
 SOURCES_OUT = ROOT / "bench" / "results" / "judge_sources_dev.json"
 LIKELIHOOD_OUT = ROOT / "bench" / "results" / "judge_likelihood_dev.json"
+PROMPT_TASKS = ("sentences", "answers_question", "correct")  # the P(yes) tasks compared in judge_prompt_dev.json
 LIKELIHOOD_SCORES = ("correct", "answer_token_p_geomean", "answer_p", "correct_x_answer_token_p_geomean")
 
 
 def likelihood_scores(judge: LocalJudge, question: str, answer: str, sources: list) -> dict[str, float | None]:
     """The default task's P(yes), then the judge model's probability of the answer as its own reply, over the same sources."""
     p_yes = judge.faithfulness(question, answer, sources)[0]
-    reply = strip_citations(answer).strip()
-    logprobs = probe_for(judge.chat_generator).continuation_logprobs(
-        context_messages(sources[: judge.max_sources], grounded_answer_task(question)), reply) if reply else []
+    logprobs = judge.answer_logprobs(question, answer, sources) if strip_citations(answer).strip() else []
     if p_yes is None or not logprobs:
         return dict.fromkeys(LIKELIHOOD_SCORES)
     geomean = math.exp(sum(logprobs) / len(logprobs))
@@ -128,7 +125,7 @@ def main() -> int:
     llm = build_chat_generator(config.models)
     llm.warm_up()
     rag = AgenticRAG(resolve("plain").features, config=config, index=index, chat_generator=llm)
-    judge = LocalJudge(build_chat_generator(ModelConfig(llm=args.judge_model)))
+    judge = LocalJudge(build_chat_generator(ModelConfig(llm=args.judge_model)), task="correct")  # P(yes), what every result here starts from
     rows = []
     for q in tqdm(sample, desc="answer + judge", file=sys.stderr):
         result = rag.ask(q["question"])
@@ -141,14 +138,14 @@ def main() -> int:
             continue
         row["p_yes"] = {}
         # counts in rising order: each prompt extends the last one's sources, so llama.cpp reuses their prefix
-        for name in [str(n) for n in counts] if counts else FAITHFULNESS_TASKS:
+        for name in [str(n) for n in counts] if counts else PROMPT_TASKS:
             if counts:
                 judge.max_sources = int(name)
             else:
                 judge.task = name
             row["p_yes"][name] = judge.faithfulness(q["question"], result.answer, result.sources)[0]
         rows.append(row)
-    names = list(LIKELIHOOD_SCORES) if args.answer_likelihood else [str(n) for n in counts] if counts else list(FAITHFULNESS_TASKS)
+    names = list(LIKELIHOOD_SCORES) if args.answer_likelihood else [str(n) for n in counts] if counts else list(PROMPT_TASKS)
 
     key = score_key(rows)
 

@@ -167,7 +167,7 @@ def main() -> int:
 
     generator = build_chat_generator(ModelConfig(llm=args.judge_model))
     generator.warm_up()
-    judge, probe, reuse = LocalJudge(generator, model_name=args.judge_model), probe_for(generator), attach(generator._model)
+    judge, probe, reuse = LocalJudge(generator, task="correct", model_name=args.judge_model), probe_for(generator), attach(generator._model)
 
     def judged(q, answer, sources) -> tuple[float | None, float, int]:
         mark, t0 = probe.mark(), time.perf_counter()

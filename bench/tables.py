@@ -448,10 +448,21 @@ def agreement_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+JUDGE_TASK_WORDS = {"correct": "P(yes) to \"is this answer correct?\" alone",
+                    "correct_x_likelihood": "P(yes) to \"is this answer correct?\" times the judge's own likelihood of the answer"}
+
+
 def judge_notes(name: str, judged: dict) -> str:
-    """What a larger judge run says beside its AUC: the figure measured before aligned prompt reuse, and the
-    AUC with a right answer given as a sentence counted right (a diagnosis, not the target)."""
+    """What a larger judge run says beside its AUC: what its faithfulness read and what another task read on
+    the same questions, the figure measured before aligned prompt reuse, and the AUC with a right answer
+    given as a sentence counted right (a diagnosis, not the target)."""
     out = []
+    task = judged.get("judge_task", "correct")
+    for other, kept in (judged.get("other_tasks") or {}).items():
+        low, high = kept["judge_auc_interval95"]
+        out.append(f"{name}'s judge on {judged['real_questions']} real questions reads {JUDGE_TASK_WORDS.get(task, task)} (task {task}); "
+                   f"{JUDGE_TASK_WORDS.get(other, other)} (task {other}) gave {kept['judge_auc']:.2f} [{low:.2f}, {high:.2f}] ({kept['judge_n']}; "
+                   f"its first {kept['first_draw']['judge_n']}: {kept['first_draw']['judge_auc']:.2f}).")
     if before := judged.get("before_aligned_reuse"):
         low, high = before["judge_auc_interval95"]
         out.append(f"{name}'s judge on {judged['real_questions']} real questions is measured with each score depending on its prompt alone "

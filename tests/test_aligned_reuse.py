@@ -194,3 +194,27 @@ def test_a_replys_log_probabilities_are_those_its_greedy_decoding_saw(local_llm)
     assert sum(probe.continuation_logprobs(question, "Ulla Berg, a carpenter")) < sum(scored)
     with pytest.raises(ValueError, match="empty"):
         probe.continuation_logprobs(question, "")
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_the_judges_default_faithfulness_is_p_yes_times_its_likelihood_of_the_answer(local_llm):
+    """With a llama.cpp judge the default faithfulness is P(yes) to "is this answer correct?" times the geometric
+    mean of the judge's token probabilities of the answer as its own grounded reply; a span it would not pick scores lower."""
+    import math
+
+    from haystack import Document
+
+    from ragkit.eval.judge import LocalJudge
+
+    sources = [Document(content="The river gate of Tarn was built in 1412 by the mason Edda Holm. The bridge was painted by Ulla Berg in 1630.")]
+    judge, p_yes_only = LocalJudge(local_llm), LocalJudge(local_llm, task="correct")
+    assert judge.task == "correct_x_likelihood"
+    question = "Who built the river gate of Tarn?"
+    for answer in ("Edda Holm [1]", "Ulla Berg [1]"):
+        score, failure = judge.faithfulness(question, answer, sources)
+        logprobs = judge.answer_logprobs(question, answer, sources)
+        assert failure is None and len(logprobs) >= 2
+        assert score == pytest.approx(p_yes_only.faithfulness(question, answer, sources)[0] * math.exp(sum(logprobs) / len(logprobs)))
+    assert judge.faithfulness(question, "Edda Holm [1]", sources)[0] > judge.faithfulness(question, "Ulla Berg [1]", sources)[0]
+    assert judge.faithfulness(question, "[1]", sources) == (None, "judge: an empty answer has no likelihood to read")  # a counted failure

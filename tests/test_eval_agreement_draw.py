@@ -107,11 +107,28 @@ def test_the_judge_is_also_read_with_a_right_answer_given_as_a_sentence_counted_
 def test_a_new_judge_run_keeps_the_one_measured_with_exact_prompt_reuse_beside_it(agreement):
     exact = {"judge_auc": 0.7031, "judge_auc_interval95": [0.637, 0.774], "judge_n": 235, "first_draw": {"judge_auc": 0.7719, "judge_n": 116},
              "command": "python bench/eval_agreement.py --set new_wiki --real 240 --judge-only", "seconds": 714.0}
-    aligned = agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.71, "prompt_reuse_block": 64}, exact)
+    aligned = agreement.keeping_the_earlier_figures({"judge_auc": 0.71, "prompt_reuse_block": 64}, exact)
     assert aligned["before_aligned_reuse"] == {k: exact[k] for k in ("judge_auc", "judge_auc_interval95", "judge_n", "first_draw", "command")}
-    again = agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.72, "prompt_reuse_block": 64}, aligned)  # a later aligned run keeps it too
+    again = agreement.keeping_the_earlier_figures({"judge_auc": 0.72, "prompt_reuse_block": 64}, aligned)  # a later aligned run keeps it too
     assert again["before_aligned_reuse"] == aligned["before_aligned_reuse"] and again["judge_auc"] == 0.72
-    assert "before_aligned_reuse" not in agreement.keeping_the_exact_reuse_figures({"judge_auc": 0.7, "prompt_reuse_block": 64}, None)
+    assert "before_aligned_reuse" not in agreement.keeping_the_earlier_figures({"judge_auc": 0.7, "prompt_reuse_block": 64}, None)
+
+
+def test_a_judge_run_with_another_task_keeps_the_one_it_replaces_by_its_task(agreement):
+    p_yes = {"judge_auc": 0.694, "judge_auc_interval95": [0.627, 0.763], "judge_n": 235, "first_draw": {"judge_auc": 0.766, "judge_n": 116},
+             "judge_task": "correct", "prompt_reuse_block": 64, "before_aligned_reuse": {"judge_auc": 0.703}}
+    product = agreement.keeping_the_earlier_figures({"judge_auc": 0.8, "judge_task": "correct_x_likelihood", "prompt_reuse_block": 64}, dict(p_yes))
+    assert product["other_tasks"] == {"correct": p_yes} and "before_aligned_reuse" not in product  # the old run's own history stays with it
+    again = agreement.keeping_the_earlier_figures({"judge_auc": 0.81, "judge_task": "correct_x_likelihood", "prompt_reuse_block": 64}, product)
+    assert again["other_tasks"] == {"correct": p_yes}  # a rerun of the same task keeps what the first kept
+    back = agreement.keeping_the_earlier_figures({"judge_auc": 0.7, "judge_task": "correct", "prompt_reuse_block": 64}, again)
+    assert set(back["other_tasks"]) == {"correct_x_likelihood"}  # never a task beside itself
+    assert agreement.judged_folder("new_wiki", 240).parent.name == "new_wiki-judged-240"  # P(yes)'s run keeps its folder
+    assert agreement.judged_folder("new_wiki", 240, "correct_x_likelihood").parent.name == "new_wiki-judged-240-correct_x_likelihood"
+    with bench_module("tables") as tables:
+        note = tables.judge_notes("new_wiki", {**again, "real_questions": 240})
+    assert ("new_wiki's judge on 240 real questions reads P(yes) to \"is this answer correct?\" times the judge's own likelihood of the answer "
+            "(task correct_x_likelihood); P(yes) to \"is this answer correct?\" alone (task correct) gave 0.69 [0.63, 0.76] (235; its first 116: 0.77).") in note
 
 
 def test_judge_only_refuses_the_first_draw_whose_judge_the_full_run_reads(agreement, monkeypatch):
@@ -148,7 +165,7 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
     assert f"{squad['judge_auc']:.2f} (0.74 on 240)" in agreement_html(data)
     assert "squad_dev's judge on" not in table and "Of its 104" not in table  # a run without them says nothing of them
     squad.pop("larger_real")
-    squad["larger_judge"] = agreement.keeping_the_exact_reuse_figures(
+    squad["larger_judge"] = agreement.keeping_the_earlier_figures(
         {**judged, "prompt_reuse_block": 64, "right_if_it_holds_a_gold_answer": {"judge_auc": 0.79, "relabelled": 12, "wrong_by_f1": 104}}, judged)
     with bench_module("tables") as tables:
         noted = tables.agreement_table(data)

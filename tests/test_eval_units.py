@@ -207,6 +207,20 @@ def test_the_judges_faithfulness_task_asks_about_the_answer_to_this_question():
     assert sorted(judge_task.choices) == sorted(FAITHFULNESS_TASKS)
 
 
+def test_the_judges_default_task_reads_the_answers_likelihood_only_where_the_model_gives_logits():
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
+
+    from ragkit.eval.judge import LocalJudge
+
+    server_like = MockChatGenerator(responses=["yes"])
+    assert LocalJudge(server_like).task == "correct"  # a reply alone: P(yes), no likelihood to read
+    with pytest.raises(ValueError, match="llama.cpp judge"):
+        LocalJudge(server_like, task="correct_x_likelihood")
+    unloaded = LlamaCppChatGenerator(model="/nonexistent.gguf")  # cheap __init__: nothing is loaded to choose the task
+    assert LocalJudge(unloaded, model_name="m").label == "m (correct_x_likelihood task)"
+
+
 def test_an_unanswerable_item_needs_a_name_in_its_question_and_finds_an_absent_entity_in_any_corpus():
     import random
 

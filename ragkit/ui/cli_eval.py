@@ -85,13 +85,13 @@ def _make_rag(config, index, llm):
 def _judge(args, config, llm):
     from dataclasses import replace
 
-    from ragkit.eval.judge import DEFAULT_TASK, LocalJudge
+    from ragkit.eval.judge import LocalJudge
     from ragkit.llm.generators import build_chat_generator
 
     if args.judge_llm == "none":
         return None
     generator = llm if args.judge_llm in (None, config.models.llm) else build_chat_generator(replace(config.models, llm=args.judge_llm))
-    return LocalJudge(generator, task=args.judge_task or DEFAULT_TASK, model_name=args.judge_llm or config.models.llm)
+    return LocalJudge(generator, task=args.judge_task, model_name=args.judge_llm or config.models.llm)
 
 
 def _embed(config):
@@ -323,8 +323,9 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     judged = argparse.ArgumentParser(add_help=False)
     judged.add_argument("--judge-llm", help="the judge's model (default: the pipeline's; 'none': no judge metrics)")
-    judged.add_argument("--judge-task", choices=["sentences", "answers_question", "correct"],
-                        help="what the judge's faithfulness asks (default correct: is this answer to this question correct according to the sources)")
+    judged.add_argument("--judge-task", choices=["sentences", "answers_question", "correct", "correct_x_likelihood"],
+                        help="what the judge's faithfulness reads (default with a llama.cpp judge correct_x_likelihood: P(yes) to 'is this answer "
+                             "correct according to the sources' times the judge's own likelihood of the answer; with a server, correct alone)")
     judged.add_argument("--runs-dir", default="runs", help="where run folders go (default runs/)")
 
     p = sub.add_parser("eval", parents=[common, cache, judged], help="run a strategy on a test set: a resumable run folder with every row")
