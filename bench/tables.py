@@ -292,7 +292,7 @@ def summary_table() -> str:
 
         def judged(e: dict) -> str:
             more = e.get("larger_judge")
-            return f" ({more['judge_auc']:.2f} with {more['real_questions']})" if more else ""
+            return f" ({more['judge_auc']:.2f} with {more['real_questions']}{other_task(e, more)})" if more else ""
 
         figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers{larger(e)}, judge AUC "
                             f"{e['judge_auc']:.2f}{judged(e)}" for name, e in agreement["sets"].items())
@@ -398,6 +398,12 @@ def larger_judge_cell(judged: dict) -> str:
     return f"{judged['judge_auc']:.2f} [{low:.2f}, {high:.2f}] ({judged['judge_n']}; its first {first['judge_n']}: {first['judge_auc']:.2f})"
 
 
+def other_task(e: dict, judged: dict) -> str:
+    """Says so where the larger judge run read another faithfulness task than the set's first run."""
+    task = judged.get("judge_task", "correct")
+    return "" if task == e.get("judge_task", "correct") else f", task {task}"
+
+
 def agreement_table(d: dict) -> str:
     """bench/results/eval_agreement.json: does a generated test set rank strategies as the real questions do?"""
     def tau(e: dict, which: str) -> str:
@@ -421,12 +427,12 @@ def agreement_table(d: dict) -> str:
         larger, judged = e.get("larger_real"), e.get("larger_judge")
         if judged and not (larger and larger["real_questions"] == judged["real_questions"]):
             # the judge alone on a larger real set (plain's answers, no other strategy): a row of its own
-            lines.append(f"| {name}, {judged['real_questions']} real questions, judge only | 1 (plain) | – | – | – | {larger_judge_cell(judged)} | – | "
+            lines.append(f"| {name}, {judged['real_questions']} real questions, judge only{other_task(e, judged)} | 1 (plain) | – | – | – | {larger_judge_cell(judged)} | – | "
                          f"{judged['real_questions']} | {judged['model'].split('-')[-1]} / {judged['judge_model'].split('-')[-1]} |")
         if larger:  # the same generated runs against a larger real set
             same = judged and judged["real_questions"] == larger["real_questions"]
             lines.append(row(f"{name}, {larger['real_questions']} real questions", e, larger,
-                             larger_judge_cell(judged) if same else f"– (judged on the {e['real_questions']})", judged["judge_model"].split("-")[-1] if same else "–"))
+                             larger_judge_cell(judged) + other_task(e, judged) if same else f"– (judged on the {e['real_questions']})", judged["judge_model"].split("-")[-1] if same else "–"))
     strategies = next(iter(d["sets"].values()))["strategies"]
     lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
     for name, e in d["sets"].items():

@@ -129,6 +129,18 @@ def test_a_judge_run_with_another_task_keeps_the_one_it_replaces_by_its_task(agr
         note = tables.judge_notes("new_wiki", {**again, "real_questions": 240})
     assert ("new_wiki's judge on 240 real questions reads P(yes) to \"is this answer correct?\" times the judge's own likelihood of the answer "
             "(task correct_x_likelihood); P(yes) to \"is this answer correct?\" alone (task correct) gave 0.69 [0.63, 0.76] (235; its first 116: 0.77).") in note
+    import json
+
+    from ragkit.ui.eval_view import agreement_html
+
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    wiki = data["sets"]["new_wiki"]
+    wiki["larger_judge"] = {**again, **{k: p_yes[k] for k in ("judge_auc_interval95", "judge_n", "first_draw")}, "real_questions": 240,
+                            "judge_model": "qwen2.5-coder-1.5b", "model": "qwen2.5-coder-0.5b", "command": "python bench/eval_agreement.py --set new_wiki --real 240 --judge-only"}
+    with bench_module("tables") as tables:
+        table = tables.agreement_table(data)
+    assert "0.81 [0.63, 0.76] (235; its first 116: 0.77), task correct_x_likelihood |" in table  # the table says which task it read
+    assert "(0.81 on 240, with its likelihood)" in agreement_html(data)
 
 
 def test_judge_only_refuses_the_first_draw_whose_judge_the_full_run_reads(agreement, monkeypatch):

@@ -262,7 +262,10 @@ def agreement_html(data: dict[str, Any]) -> str:
     def judge(e: dict[str, Any]) -> str:
         more = e.get("larger_judge")  # the judge alone on a larger real set, beside the first run's figure
         first = "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}"  # a run whose judge scored nothing
-        return first + (f" ({more['judge_auc']:.2f} on {more['real_questions']})" if more else "")
+        if not more:
+            return first
+        other = "" if more.get("judge_task", "correct") == e.get("judge_task", "correct") else ", with its likelihood"  # another faithfulness task
+        return first + f" ({more['judge_auc']:.2f} on {more['real_questions']}{other})"
 
     # short headers: the table must fit the notebook at laptop width (what each means is in the cell above)
     rows = [{"set": name, "strategies": len(e["strategies"]), "τ retrieval [95% CI]": tau(e, "retrieval"),
