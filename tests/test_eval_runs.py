@@ -79,6 +79,17 @@ def test_a_run_records_what_it_measured_and_skips_items_whose_chunks_are_gone(tm
     assert load_run(tmp_path / "runs" / "plain")["aggregates"] == summary["aggregates"]
 
 
+def test_the_plan_counts_the_calls_of_the_judge_the_run_records(tmp_path, testset, sample_index):
+    path, items = testset
+    calls = {}
+    for task in ("correct", "correct_x_likelihood"):
+        run = EvalRun.open(tmp_path / task, resolve("plain"), _config(), path, items, known_chunks=set(sample_index.chunks),
+                           judge_model=f"m ({task} task)", chat_generator=Counting())
+        calls[task] = run.plan().llm_calls
+    answered = len(items) - 1  # one item's chunks are gone
+    assert calls == {"correct": 3 * answered, "correct_x_likelihood": 4 * answered}  # the answer, then P(yes) (+ the likelihood), context relevance
+
+
 def test_a_half_written_row_is_dropped_and_the_run_resumes_without_repeating_one(tmp_path, testset, sample_index):
     llm = Counting()
     folder = tmp_path / "run"

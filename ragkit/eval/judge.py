@@ -67,6 +67,14 @@ def default_task(chat_generator: Any) -> str:
     return DEFAULT_TASK if LlamaProbe.supports(chat_generator) else SERVER_TASK
 
 
+def calls_per_answer(label: str | None) -> int:
+    """LLM calls the judge whose ``label`` a run recorded makes per answer: its faithfulness (two passes where it
+    reads the answer's likelihood too) and context relevance; none without a judge."""
+    if label is None:
+        return 0
+    return 3 if label.endswith(f"({LIKELIHOOD_TASK} task)") else 2
+
+
 class LocalJudge:
     def __init__(self, chat_generator: Any, max_sources: int = 5, task: str | None = None, model_name: str | None = None):
         task = task or default_task(chat_generator)

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from ragkit import __version__
 from ragkit.config import RagConfig
+from ragkit.eval.judge import calls_per_answer
 from ragkit.eval.scoring import aggregate, score_item
 from ragkit.eval.strategies import Strategy
 from ragkit.eval.testset import EvalItem, testset_sha256
@@ -62,12 +63,12 @@ def git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def estimated_calls(strategy: Strategy, item: EvalItem, judged: bool) -> int:
-    """LLM calls one item is likely to cost: the answer, each LLM step the strategy turns on, the judge."""
+def estimated_calls(strategy: Strategy, item: EvalItem, judge_calls: int) -> int:
+    """LLM calls one item is likely to cost: the answer, each LLM step the strategy turns on, the judge's."""
     f = strategy.features
     per_part = 1 + sum(bool(x) for x in (f.hyde, f.grading and f.grader_backend == "llm", f.hallucination_check, f.multi_hop, f.rewrite and f.rewrite_backend == "llm"))
     parts = max(len(item.parts), 1) if f.decompose else 1
-    return per_part * parts + (2 if judged else 0)
+    return per_part * parts + judge_calls
 
 
 @dataclass
@@ -141,7 +142,8 @@ class EvalRun:
     def plan(self, seconds_per_call: float | None = None) -> Plan:
         strategy = Strategy(self.meta["strategy"]["name"], self.meta["strategy"]["version"], self._features())
         left = [it for it in self.items if it.id not in self.done]
-        calls = sum(estimated_calls(strategy, it, self.meta["judge_model"] is not None) for it in left)
+        judge_calls = calls_per_answer(self.meta["judge_model"])
+        calls = sum(estimated_calls(strategy, it, judge_calls) for it in left)
         per_call = seconds_per_call or SECONDS_PER_CALL.get(self.meta["model"], max(SECONDS_PER_CALL.values()))
         return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls, calls * per_call)
 
