@@ -163,6 +163,19 @@ def test_a_comparison_says_no_significant_difference_in_words_and_lists_the_flip
     assert "| correct | 10 | 0.500 | 0.600 | +0.100 |" in report and "no significant difference" in report and "Pareto front" in report
 
 
+def test_a_judged_measure_is_compared_only_between_runs_judged_alike():
+    a, b = _run("plain", [1, 0] * 5, 1.0), _run("grading", [1, 0] * 5, 2.0)
+    for run, task, value in ((a, "correct", 0.8), (b, "correct_x_likelihood", 0.3)):
+        run["run"]["judge_model"] = f"m ({task} task)"
+        for row in run["rows"]:
+            row["faithfulness"] = value
+    result = compare(a, b)
+    assert "faithfulness" not in result["measures"] and result["judges_differ"] == ["m (correct task)", "m (correct_x_likelihood task)"]
+    assert "faithfulness and context relevance not compared: judged by m (correct task) and by m (correct_x_likelihood task)." in markdown_report([a, b])
+    b["run"]["judge_model"] = "m (correct task)"
+    assert compare(a, b)["measures"]["faithfulness"]["difference"] == -0.5 and "judges_differ" not in compare(a, b)
+
+
 # -- strategies -------------------------------------------------------------------------------------
 def test_strategies_are_named_versioned_and_never_overwritten(tmp_path, monkeypatch):
     from ragkit.eval import strategies

@@ -31,6 +31,7 @@ from scipy.stats import binomtest
 MEASURES = ("recall@k", "mrr", "ndcg", "em", "f1", "semantic_similarity", "correct", "faithfulness", "context_relevance",
             "correct_decline", "false_decline", "seconds", "llm_calls")
 LOWER_IS_BETTER = {"seconds", "llm_calls", "false_decline"}
+JUDGED = {"faithfulness", "context_relevance"}  # read by the run's judge, so compared only between runs judged alike
 BOOTSTRAP_SAMPLES = 10_000
 
 
@@ -57,7 +58,13 @@ def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
     a_rows, b_rows = {r["id"]: r for r in run_a["rows"]}, {r["id"]: r for r in run_b["rows"]}
     common = [i for i in a_rows if i in b_rows]
     out: dict[str, Any] = {"questions_in_both": len(common), "measures": {}}
+    judges = [run["run"].get("judge_model") for run in (run_a, run_b)]
+    if None not in judges and judges[0] != judges[1]:
+        # another judge model or task reads on another scale (P(yes) against P(yes) x likelihood): no difference to report
+        out["judges_differ"] = judges
     for measure in MEASURES:
+        if measure in JUDGED and "judges_differ" in out:
+            continue
         pairs = [(float(a_rows[i][measure]), float(b_rows[i][measure])) for i in common
                  if a_rows[i].get(measure) is not None and b_rows[i].get(measure) is not None]
         if len(pairs) < 2:
@@ -125,5 +132,7 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
         for measure, e in result["measures"].items():
             extra = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
             lines.append(f"| {measure} | {e['n']} | {e['a']:.3f} | {e['b']:.3f} | {e['difference']:+.3f} | [{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}] | {e['verdict']}{extra} |")
+        if judges := result.get("judges_differ"):
+            lines.append(f"\nfaithfulness and context relevance not compared: judged by {judges[0]} and by {judges[1]}.")
         lines.append(f"\n{len(result['flipped'])} questions flipped between right and wrong.")
     return "\n".join(lines) + "\n"
