@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
+from ragkit.eval.scoring import JUDGE
+
 MEASURES = ("recall@k", "mrr", "ndcg", "em", "f1", "semantic_similarity", "correct", "faithfulness", "context_relevance",
             "correct_decline", "false_decline", "seconds", "llm_calls")
 LOWER_IS_BETTER = {"seconds", "llm_calls", "false_decline"}
-JUDGED = {"faithfulness", "context_relevance"}  # read by the run's judge, so compared only between runs judged alike
 BOOTSTRAP_SAMPLES = 10_000
 
 
@@ -63,7 +64,7 @@ def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
         # another judge model or task reads on another scale (P(yes) against P(yes) x likelihood): no difference to report
         out["judges_differ"] = judges
     for measure in MEASURES:
-        if measure in JUDGED and "judges_differ" in out:
+        if measure in JUDGE and "judges_differ" in out:  # read by the run's judge: compared only between runs judged alike
             continue
         pairs = [(float(a_rows[i][measure]), float(b_rows[i][measure])) for i in common
                  if a_rows[i].get(measure) is not None and b_rows[i].get(measure) is not None]
