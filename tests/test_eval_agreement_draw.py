@@ -140,7 +140,8 @@ def test_a_judge_run_with_another_task_keeps_the_one_it_replaces_by_its_task(agr
     with bench_module("tables") as tables:
         table = tables.agreement_table(data)
     assert "0.81 [0.63, 0.76] (235; its first 116: 0.77), task correct_x_likelihood |" in table  # the table says which task it read
-    assert "(0.81 on 240, with its likelihood)" in agreement_html(data)
+    shown = agreement_html(data)
+    assert "0.81 on 240 *" in shown and "* the judge&#x27;s faithfulness there is P(yes)" in shown
 
 
 def test_judge_only_refuses_the_first_draw_whose_judge_the_full_run_reads(agreement, monkeypatch):
@@ -174,7 +175,8 @@ def test_the_agreement_tables_show_the_judge_on_a_larger_real_set_beside_the_fir
     assert "`python bench/eval_agreement.py --set squad_dev --real 240 --judge-only`" in table
     assert f"judge AUC {squad['judge_auc']:.2f} (0.74 with 240)" in summary
     assert "judge only |" not in both and "0.74 [0.66, 0.81] (236; its first 118: 0.71) | 106 (120) | 240 | 0.5b / 1.5b |" in both
-    assert f"{squad['judge_auc']:.2f} (0.74 on 240)" in agreement_html(data)
+    shown = agreement_html(data)
+    assert f">{squad['judge_auc']:.2f}</td>" in shown and "0.74 on 240<" in shown  # no ' *': the same task
     assert "squad_dev's judge on" not in table and "Of its 104" not in table  # a run without them says nothing of them
     squad.pop("larger_real")
     squad["larger_judge"] = agreement.keeping_the_earlier_figures(

@@ -259,20 +259,30 @@ def agreement_html(data: dict[str, Any]) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
         return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
-    def judge(e: dict[str, Any]) -> str:
+    def larger(e: dict[str, Any]) -> str:
         more = e.get("larger_judge")  # the judge alone on a larger real set, beside the first run's figure
-        first = "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}"  # a run whose judge scored nothing
         if not more:
-            return first
-        other = "" if more.get("judge_task", "correct") == e.get("judge_task", "correct") else ", with its likelihood"  # another faithfulness task
-        return first + f" ({more['judge_auc']:.2f} on {more['real_questions']}{other})"
+            return "–"
+        other = more.get("judge_task", "correct") != e.get("judge_task", "correct")  # read by another faithfulness task
+        return f"{more['judge_auc']:.2f} on {more['real_questions']}" + (" *" if other else "")
 
-    # short headers: the table must fit the notebook at laptop width (what each means is in the cell above)
-    rows = [{"set": name, "strategies": len(e["strategies"]), "τ retrieval [95% CI]": tau(e, "retrieval"),
-             "τ answers [95% CI]": tau(e, "answer"), "judge AUC": judge(e),
-             "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real": e["real_questions"]}
-            for name, e in (data.get("sets") or {}).items()]
-    return table_html(rows) if rows else "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
+    sets = data.get("sets") or {}
+    if not sets:
+        return "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
+    # short cells, the larger judge run in a column of its own and what is the same for every set in the note
+    # under the table: the table must fit the notebook at laptop width beside the file browser
+    rows = [{"set": name, "τ retrieval [95% CI]": tau(e, "retrieval"), "τ answers [95% CI]": tau(e, "answer"),
+             "judge AUC": "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}",  # a run whose judge scored nothing
+             "judge, larger set": larger(e), "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}",
+             "real": e["real_questions"]} for name, e in sets.items()]
+    counts = sorted({len(e["strategies"]) for e in sets.values()})
+    note = f"{' or '.join(map(str, counts))} strategies ranked on each set's generated and real questions."
+    if any(r["judge, larger set"].endswith("*") for r in rows):
+        note += (" * the judge's faithfulness there is P(yes) to \"is this answer correct?\" times the judge's own likelihood"
+                 " of the answer (the default since it was chosen on dev questions); the other judge figures are P(yes) alone.")
+    if not any(e.get("larger_judge") for e in sets.values()):
+        rows = [{k: v for k, v in r.items() if k != "judge, larger set"} for r in rows]
+    return table_html(rows) + f"<div style='font-size:0.85em;margin-top:0.3em'>{html_text(note)}</div>"
 
 
 # -- confidence on the user's text (ragkit calibrate) -----------------------------------------------------

@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.llm]
 NOTEBOOKS = ["01_quickstart", "07_feature_lab", "08_planning", "09_evaluate_your_documents", "10_conversation"]
 PANEL_NOTEBOOKS = ["07_feature_lab"]
 CHAT_NOTEBOOKS = ["10_conversation"]  # notebooks with a chat widget (ragkit.ui.chat_widget) left waiting for a choice
+# committed figures a notebook shows in a table, found by a header only that table has
+SHOWN_TABLES = {"09_evaluate_your_documents": "τ retrieval"}
 # What a person does in the feature lab: each step flips these checkboxes, then presses Run.
 PANEL_STEPS = [("grading",), ("hyde",)]
 # The on/off features, each a checkbox a person can tick.
@@ -127,6 +129,7 @@ class NotebookRun:
     console_errors: list[str] = field(default_factory=list)
     panel: dict[str, Any] | None = None
     chat: dict[str, Any] | None = None
+    table: dict[str, Any] | None = None
     error: BaseException | None = None
     panel_error: BaseException | None = None
     chat_error: BaseException | None = None
@@ -179,6 +182,8 @@ class NotebookRuns:
             run.cells = page.cells()
             page.scroll_notebook("bottom")
             page.screenshot(SHOTS / f"{run.name}_end.png")
+            if run.name in SHOWN_TABLES:
+                run.table = look_at_table(page, run.name, SHOWN_TABLES[run.name])
             if run.name in PANEL_NOTEBOOKS:
                 try:
                     run.panel = exercise_panel(page, run.name)
@@ -210,6 +215,24 @@ def _record_time(name: str, seconds: float) -> None:
 def run_button(scope):
     # by its text: the accessible name also holds the play icon's glyph
     return scope.locator("button", has_text=RUN_TEXT)
+
+
+def look_at_table(page, name: str, header: str) -> dict[str, Any]:
+    """Scroll the table with ``header`` into view as a person would, take its picture, and record its
+    rows as shown and whether it fits the notebook at laptop width."""
+    table = page.page.locator(".jp-OutputArea-output table", has_text=header)
+    if table.count() != 1:
+        return {"found": table.count()}
+    table.first.evaluate("el => el.scrollIntoView({block: 'center'})")
+    page.page.wait_for_timeout(300)
+    page.screenshot(SHOTS / f"{name}_table.png")
+    return {"found": 1, "rows": table.first.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))"),
+            "overflow": table.first.evaluate(f"t => ({_JS_OVERFLOW})(t.closest('.jp-OutputArea-output'))"),
+            "right": table.first.evaluate("t => t.getBoundingClientRect().right"),
+            # the visible part ends at the output area, or earlier where a wrapper clips the table (overflow hidden)
+            "visible_right": table.first.evaluate("""t => Math.min(...[t.parentElement, t.closest('.jp-OutputArea-output')]
+                .map(e => e.getBoundingClientRect().right))"""),
+            "window": page.page.evaluate("window.innerWidth")}
 
 
 def find_panel(page):
@@ -356,6 +379,26 @@ def test_runs_to_the_end(runs, name):
     code = [c for c in run.cells if c["code"]]
     assert code and all(re.fullmatch(r"\[\d+\]:", c["prompt"]) for c in code), [c["prompt"] for c in code]
     assert not [c for c in code if c["errors"]], [c["errors"] for c in code if c["errors"]]
+
+
+@pytest.mark.parametrize("name", list(SHOWN_TABLES))
+def test_committed_figures_table_shows_them_and_fits_at_1280(runs, name):
+    """09's agreement table, as a person sees it: one row per committed set, its judge cells reading
+    the JSON's figures (the larger run's too), and nothing cut off or scrolled sideways at laptop width
+    with the file browser open."""
+    table = runs.get(name).table
+    assert table and table["found"] == 1, f"the table with {SHOWN_TABLES[name]!r} is not shown once: {table}"
+    header, *rows = table["rows"]
+    sets = json.loads((REPO / "bench" / "results" / "eval_agreement.json").read_text(encoding="utf-8"))["sets"]
+    assert [r[0] for r in rows] == list(sets), (rows, list(sets))
+    judge = header.index("judge AUC")
+    for row, entry in zip(rows, sets.values()):
+        assert row[judge] == f"{entry['judge_auc']:.2f}", row
+        if entry.get("larger_judge"):
+            assert row[header.index("judge, larger set")].startswith(
+                f"{entry['larger_judge']['judge_auc']:.2f} on {entry['larger_judge']['real_questions']}"), row
+    assert not table["overflow"] and table["right"] <= min(table["window"], table["visible_right"]) + 1, \
+        f"the table is cut off or scrolls sideways: {table}; see {SHOTS / name}_table.png"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
