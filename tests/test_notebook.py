@@ -314,6 +314,27 @@ def test_trace_table_keeps_short_cells_on_one_line_and_wraps_long_text():
     assert "max-width:100%" in html_text and "table-layout:auto" in html_text
 
 
+def test_long_headers_wrap_between_words_short_ones_stay_on_one_line():
+    html_text = table_html([{"latency p50": "3.9 s", "one-time setup (not in latency)": "45.2 s"}])
+    heads = dict((value, style) for style, value in re.findall(r"<th style='([^']*)'>([^<]*)</th>", html_text))
+    assert heads["latency p50"].endswith("white-space:nowrap") and heads["one-time setup (not in latency)"].endswith("white-space:normal")
+
+
+def test_run_aggregates_put_measures_down_and_runs_across():
+    from ragkit.ui.eval_view import aggregates_html
+
+    def run(strategy, f1, failed=0):
+        return {"run": {"strategy": {"name": strategy, "version": "builtin"}},
+                "aggregates": {"rows": 6, "f1": {"mean": f1, "n": 6, "failed": failed}, "latency_s": {"p50": 2.1}, "llm_calls": {"mean": 1.0}}}
+    header, *rows = _cells(aggregates_html([run("plain", 0.5), run("dense_only", 0.25, failed=1)]))
+    assert len(header) == 3 and header[0] == "measure"
+    by_measure = {r[0]: r[1:] for r in rows}
+    assert by_measure["items"] == ["6", "6"] and by_measure["f1"] == ["0.500 (n=6)", "0.250 (n=6, 1 failed)"]
+    assert "p50 s" in by_measure and "mrr" not in by_measure  # a measure no run has is not a row
+    twice = _cells(aggregates_html([run("plain", 0.5), run("plain", 0.25)]))[0]
+    assert len(twice) == 3 and twice[1] != twice[2]  # the same strategy twice keeps both columns
+
+
 def test_summary_table_rounds_and_gives_units():
     summary = {"plain": {"questions": 12, "em": 0.08333333333, "f1": 0.134899999, "confidence": 0.9999999999999998, "decline_rate": 0.25,
                          "latency_s_p50": 3.86123, "llm_calls_per_q": 1.0, "prompt_tokens_per_q": 712.4166, "one_time_setup_s": 0.0},

@@ -40,17 +40,21 @@ def items_html(items: list[Any], n: int = 8) -> str:
 
 
 def aggregates_html(runs: list[dict[str, Any]]) -> str:
-    rows = []
-    for run in runs:
+    """Each run's aggregates, a measure a row and a run a column: ten measures side by side would run
+    past the notebook at laptop width, while runs compared are few."""
+    names = [label(run) for run in runs]
+    names = [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]  # the same strategy twice: two columns
+    cells: dict[str, dict[str, Any]] = {"items": {}}
+    for run, name in zip(runs, names):
         agg = run["aggregates"]
-        row = {"strategy": label(run), "items": agg["rows"]}
+        cells["items"][name] = agg["rows"]
         for m in MEASURES:
             if agg.get(m) and agg[m]["mean"] is not None:
-                row[m] = f"{agg[m]['mean']:.3f} (n={agg[m]['n']}{', ' + str(agg[m]['failed']) + ' failed' if agg[m]['failed'] else ''})"
-        row["p50 s"] = (agg.get("latency_s") or {}).get("p50")
-        row["LLM calls/q"] = (agg.get("llm_calls") or {}).get("mean")
-        rows.append(row)
-    return table_html(rows)
+                failed = f", {agg[m]['failed']} failed" if agg[m]["failed"] else ""
+                cells.setdefault(m, {})[name] = f"{agg[m]['mean']:.3f} (n={agg[m]['n']}{failed})"
+        cells.setdefault("p50 s", {})[name] = (agg.get("latency_s") or {}).get("p50")
+        cells.setdefault("LLM calls/q", {})[name] = (agg.get("llm_calls") or {}).get("mean")
+    return table_html([{"measure": m, **{name: by_run.get(name) for name in names}} for m, by_run in cells.items()])
 
 
 def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:

@@ -77,6 +77,20 @@ _JS_WATCH = """(panel) => {
 
 _JS_DESCRIBE = """const describe = (el) => `${el.tagName.toLowerCase()}.${[...el.classList].slice(0, 3).join('.')} "${(el.innerText || el.value || '').trim().replace(/\\s+/g, ' ').slice(0, 50)}"`;"""
 
+# Every table a notebook's output shows, scrolled into view as a person reads it: where it ends
+# beyond what is visible (its wrapper clips with overflow hidden, so nothing scrolls: columns vanish)
+_JS_CUT_TABLES = """async () => { %s
+    const cut = [];
+    for (const t of document.querySelectorAll('.jp-NotebookPanel .jp-OutputArea-output table')) {
+        t.scrollIntoView({block: 'center'});
+        await new Promise(r => requestAnimationFrame(r));
+        const right = t.getBoundingClientRect().right;
+        const visible = Math.min(window.innerWidth, ...[t.parentElement, t.closest('.jp-OutputArea-output')].map(e => e.getBoundingClientRect().right));
+        if (right > visible + 1) cut.push(`${describe(t)}: ends at x ${Math.round(right)}, visible to ${Math.round(visible)}`);
+    }
+    return cut;
+}""" % _JS_DESCRIBE
+
 _JS_OVERFLOW = """(panel) => { %s
     return [panel, ...panel.querySelectorAll('*')].filter(el => {
         const x = getComputedStyle(el).overflowX;
@@ -130,6 +144,7 @@ class NotebookRun:
     panel: dict[str, Any] | None = None
     chat: dict[str, Any] | None = None
     table: dict[str, Any] | None = None
+    cut_tables: list[str] = field(default_factory=list)
     error: BaseException | None = None
     panel_error: BaseException | None = None
     chat_error: BaseException | None = None
@@ -180,6 +195,7 @@ class NotebookRuns:
                 page.screenshot(SHOTS / f"{run.name}.png")
             _record_time(run.name, run.seconds)
             run.cells = page.cells()
+            run.cut_tables = page.page.evaluate(_JS_CUT_TABLES)
             page.scroll_notebook("bottom")
             page.screenshot(SHOTS / f"{run.name}_end.png")
             if run.name in SHOWN_TABLES:
@@ -399,6 +415,13 @@ def test_committed_figures_table_shows_them_and_fits_at_1280(runs, name):
                 f"{entry['larger_judge']['judge_auc']:.2f} on {entry['larger_judge']['real_questions']}"), row
     assert not table["overflow"] and table["right"] <= min(table["window"], table["visible_right"]) + 1, \
         f"the table is cut off or scrolls sideways: {table}; see {SHOTS / name}_table.png"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_no_table_cut_off_at_1280(runs, name):
+    """Every table in the outputs ends inside what is visible at laptop width, file browser open."""
+    cut = runs.get(name).cut_tables
+    assert not cut, "\n".join(cut) + f"\nsee {SHOTS / name}*.png"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
