@@ -42,6 +42,8 @@ PANEL_NOTEBOOKS = ["07_feature_lab"]
 CHAT_NOTEBOOKS = ["10_conversation"]  # notebooks with a chat widget (ragkit.ui.chat_widget) left waiting for a choice
 # committed figures a notebook shows in a table, found by a header only that table has
 SHOWN_TABLES = {"09_evaluate_your_documents": "τ retrieval"}
+# tables photographed for a person to look at (the widest ones), by a text only they hold
+PHOTOGRAPHED_TABLES = {"07_feature_lab": "prompt tokens / question", "09_evaluate_your_documents": "LLM calls/q"}
 # What a person does in the feature lab: each step flips these checkboxes, then presses Run.
 PANEL_STEPS = [("grading",), ("hyde",)]
 # The on/off features, each a checkbox a person can tick.
@@ -196,6 +198,11 @@ class NotebookRuns:
             _record_time(run.name, run.seconds)
             run.cells = page.cells()
             run.cut_tables = page.page.evaluate(_JS_CUT_TABLES)
+            if run.name in PHOTOGRAPHED_TABLES:
+                tables = page.page.locator(".jp-OutputArea-output table", has_text=PHOTOGRAPHED_TABLES[run.name])
+                for i in range(tables.count()):
+                    tables.nth(i).evaluate("el => el.scrollIntoView({block: 'center'})")
+                    page.screenshot(SHOTS / f"{run.name}_wide_table_{i + 1}.png")
             page.scroll_notebook("bottom")
             page.screenshot(SHOTS / f"{run.name}_end.png")
             if run.name in SHOWN_TABLES:
