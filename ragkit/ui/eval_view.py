@@ -275,17 +275,17 @@ def agreement_html(data: dict[str, Any]) -> str:
         return "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
     # short cells, the larger judge run in a column of its own and what is the same for every set in the note
     # under the table: the table must fit the notebook at laptop width beside the file browser
+    with_larger = any(e.get("larger_judge") for e in sets.values())
     rows = [{"set": name, "τ retrieval [95% CI]": tau(e, "retrieval"), "τ answers [95% CI]": tau(e, "answer"),
              "judge AUC": "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}",  # a run whose judge scored nothing
-             "judge, larger set": larger(e), "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}",
-             "real": e["real_questions"]} for name, e in sets.items()]
+             **({"judge, larger set": larger(e)} if with_larger else {}),
+             "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real": e["real_questions"]}
+            for name, e in sets.items()]
     counts = sorted({len(e["strategies"]) for e in sets.values()})
     note = f"{' or '.join(map(str, counts))} strategies ranked on each set's generated and real questions."
-    if any(r["judge, larger set"].endswith("*") for r in rows):
+    if with_larger and any(r["judge, larger set"].endswith("*") for r in rows):
         note += (" * the judge's faithfulness there is P(yes) to \"is this answer correct?\" times the judge's own likelihood"
                  " of the answer (the default since it was chosen on dev questions); the other judge figures are P(yes) alone.")
-    if not any(e.get("larger_judge") for e in sets.values()):
-        rows = [{k: v for k, v in r.items() if k != "judge, larger set"} for r in rows]
     return table_html(rows) + f"<div style='font-size:0.85em;margin-top:0.3em'>{html_text(note)}</div>"
 
 
