@@ -314,10 +314,23 @@ def test_trace_table_keeps_short_cells_on_one_line_and_wraps_long_text():
     assert "max-width:100%" in html_text and "table-layout:auto" in html_text
 
 
-def test_long_headers_wrap_between_words_short_ones_stay_on_one_line():
+def test_headers_wrap_between_words_values_do_not():
     html_text = table_html([{"latency p50": "3.9 s", "one-time setup (not in latency)": "45.2 s"}])
     heads = dict((value, style) for style, value in re.findall(r"<th style='([^']*)'>([^<]*)</th>", html_text))
-    assert heads["latency p50"].endswith("white-space:nowrap") and heads["one-time setup (not in latency)"].endswith("white-space:normal")
+    assert all(style.endswith("white-space:normal") for style in heads.values())
+    cells = re.findall(r"<td style='([^']*)'>", html_text)
+    assert cells and all("white-space:nowrap" in style for style in cells)  # "45.2 s" never splits
+
+
+def test_eval_lab_pickers_name_the_runs_it_shows(tmp_path):
+    from ragkit.ui.eval_view import EvalLab
+
+    lab = EvalLab(index_dir=tmp_path / "index", runs_dir=tmp_path / "runs")
+    lab._show_runs = lambda: None  # the report itself is checked in the browser test
+    assert (lab.strategy_a.value, lab.strategy_b.value) == ("plain", "grading")
+    runs = [{"run": {"strategy": {"name": name, "version": "builtin"}}} for name in ("plain", "dense_only")]
+    lab.show([], None, runs, tmp_path / "testset.jsonl")
+    assert (lab.strategy_a.value, lab.strategy_b.value) == ("plain", "dense_only")
 
 
 def test_run_aggregates_put_measures_down_and_runs_across():

@@ -244,6 +244,11 @@ class EvalLab:
         with self.test_set:
             display(HTML(items_html(items)))
         self.run_button.disabled = False
+        # the pickers name the runs shown below them, so Run without a change repeats what is on screen
+        for picker, run in zip((self.strategy_a, self.strategy_b), runs):
+            name = run["run"]["strategy"]["name"]
+            if name in picker.options:
+                picker.value = name
         self._show_runs()
         self.status.value = f"{len(items)} questions, {label(runs[0])} vs {label(runs[1])}: pick a flipped question, or Generate and Run again"
 

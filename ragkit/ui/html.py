@@ -16,8 +16,7 @@ from ragkit.ui.text_safety import html_text
 
 _NUMBER = re.compile(r"^[<≈]?-?[\d,]+(\.\d+)?(\s?(ms|s|min \d+ s|%|/10))?$")
 _SHORT = 40  # columns whose values are all this short never wrap ("0 → 3", "sentence_vectors")
-_SHORT_HEADER = 12  # headers longer than this wrap between words
-_CELL = "padding:3px 10px;vertical-align:top;border-bottom:1px solid #e4e4e4"
+_CELL = "padding:3px 8px;vertical-align:top;border-bottom:1px solid #e4e4e4"
 
 
 def format_value(value: Any) -> str:
@@ -66,9 +65,9 @@ def table_html(rows: list[dict[str, Any]]) -> str:
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[format_value(row.get(c, "")) for c in columns] for row in rows]
     styles = [_column_style([r[j] for r in cells]) for j in range(len(columns))]
-    # a header of a few words may wrap between them: headers held on one line ("one-time setup (not in
+    # every header may wrap between its words: headers held on one line ("one-time setup (not in
     # latency)" over "45.2 s") widened tables past the notebook at laptop width, where the wrapper clips them
-    head = "".join(f"<th style='{_CELL};{style};white-space:{'nowrap' if len(str(c)) <= _SHORT_HEADER else 'normal'}'>{html_text(str(c))}</th>"
+    head = "".join(f"<th style='{_CELL};{style};white-space:normal'>{html_text(str(c))}</th>"
                    for c, style in zip(columns, styles))
     body = "".join("<tr>" + "".join(f"<td style='{_CELL};{style}'>{html_text(v)}</td>" for v, style in zip(r, styles)) + "</tr>" for r in cells)
     return _table(head, body)
