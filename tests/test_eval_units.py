@@ -172,8 +172,11 @@ def test_a_judged_measure_is_compared_only_between_runs_judged_alike():
     result = compare(a, b)
     assert "faithfulness" not in result["measures"] and result["judges_differ"] == ["m (correct task)", "m (correct_x_likelihood task)"]
     assert "faithfulness and context relevance not compared: judged by m (correct task) and by m (correct_x_likelihood task)." in markdown_report([a, b])
+    from ragkit.ui.eval_view import comparison_html
+    assert "not compared: judged by m (correct task) and by m (correct_x_likelihood task)" in comparison_html(result, ("plain", "grading"))
     b["run"]["judge_model"] = "m (correct task)"
     assert compare(a, b)["measures"]["faithfulness"]["difference"] == -0.5 and "judges_differ" not in compare(a, b)
+    assert "not compared" not in comparison_html(compare(a, b), ("plain", "grading"))
 
 
 # -- strategies -------------------------------------------------------------------------------------

@@ -64,7 +64,11 @@ def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
         rows.append({"measure": measure, "n": e["n"], names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
                      "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
     head = f"<p><b>{html_text(names[1])} vs {html_text(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
-    return head + table_html(rows)
+    note = ""
+    if judges := result.get("judges_differ"):  # compare() left the judged measures out: say so, as ragkit report does
+        note = (f"<div style='font-size:0.85em;color:#666;margin-top:4px'>faithfulness and context relevance not compared: "
+                f"judged by {html_text(str(judges[0]))} and by {html_text(str(judges[1]))}, whose scores are on different scales</div>")
+    return head + table_html(rows) + note
 
 
 def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct", ax=None, title: str = "quality vs latency"):
