@@ -466,9 +466,11 @@ def judge_notes(name: str, judged: dict) -> str:
     task = judged.get("judge_task", "correct")
     for other, kept in (judged.get("other_tasks") or {}).items():
         low, high = kept["judge_auc_interval95"]
+        # a kept run from before the aligned prompt reuse answered and scored under llama.cpp's exact reuse: not the same answers
+        when = "" if "prompt_reuse_block" in kept else " in an earlier run under llama.cpp's exact prompt reuse"
         out.append(f"{name}'s judge on {judged['real_questions']} real questions reads {JUDGE_TASK_WORDS.get(task, task)} (task {task}); "
                    f"{JUDGE_TASK_WORDS.get(other, other)} (task {other}) gave {kept['judge_auc']:.2f} [{low:.2f}, {high:.2f}] ({kept['judge_n']}; "
-                   f"its first {kept['first_draw']['judge_n']}: {kept['first_draw']['judge_auc']:.2f}).")
+                   f"its first {kept['first_draw']['judge_n']}: {kept['first_draw']['judge_auc']:.2f}){when}.")
     if before := judged.get("before_aligned_reuse"):
         low, high = before["judge_auc_interval95"]
         out.append(f"{name}'s judge on {judged['real_questions']} real questions is measured with each score depending on its prompt alone "

@@ -129,6 +129,10 @@ def test_a_judge_run_with_another_task_keeps_the_one_it_replaces_by_its_task(agr
         note = tables.judge_notes("new_wiki", {**again, "real_questions": 240})
     assert ("new_wiki's judge on 240 real questions reads P(yes) to \"is this answer correct?\" times the judge's own likelihood of the answer "
             "(task correct_x_likelihood); P(yes) to \"is this answer correct?\" alone (task correct) gave 0.69 [0.63, 0.76] (235; its first 116: 0.77).") in note
+    exact_p_yes = {k: v for k, v in p_yes.items() if k != "prompt_reuse_block"}  # SQuAD dev's: answered and scored before aligned reuse
+    with bench_module("tables") as tables:
+        older = tables.judge_notes("squad_dev", {**again, "other_tasks": {"correct": exact_p_yes}, "real_questions": 240})
+    assert "(235; its first 116: 0.77) in an earlier run under llama.cpp's exact prompt reuse." in older
     import json
 
     from ragkit.ui.eval_view import agreement_html
