@@ -112,6 +112,13 @@ def _fmt(value: Any) -> str:
     return "–" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
 
+def not_compared_note(result: dict[str, Any]) -> str | None:
+    """What :func:`compare` left out and why, for a report to say under its table (None when nothing)."""
+    if judges := result.get("judges_differ"):
+        return f"faithfulness and context relevance not compared: judged by {judges[0]} and by {judges[1]}"
+    return None
+
+
 def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str:
     """Each run's aggregates, then every later run against the first, measure by measure, with the interval."""
     names = [label(r) for r in runs]
@@ -133,7 +140,7 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
         for measure, e in result["measures"].items():
             extra = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
             lines.append(f"| {measure} | {e['n']} | {e['a']:.3f} | {e['b']:.3f} | {e['difference']:+.3f} | [{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}] | {e['verdict']}{extra} |")
-        if judges := result.get("judges_differ"):
-            lines.append(f"\nfaithfulness and context relevance not compared: judged by {judges[0]} and by {judges[1]}.")
+        if note := not_compared_note(result):
+            lines.append(f"\n{note}.")
         lines.append(f"\n{len(result['flipped'])} questions flipped between right and wrong.")
     return "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragkit.eval.compare import compare, label, pareto_front, quality_and_latency
+from ragkit.eval.compare import compare, label, not_compared_note, pareto_front, quality_and_latency
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
 from ragkit.ui.text_safety import html_text
@@ -64,11 +64,10 @@ def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
         rows.append({"measure": measure, "n": e["n"], names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
                      "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
     head = f"<p><b>{html_text(names[1])} vs {html_text(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
-    note = ""
-    if judges := result.get("judges_differ"):  # compare() left the judged measures out: say so, as ragkit report does
-        note = (f"<div style='font-size:0.85em;color:#666;margin-top:4px'>faithfulness and context relevance not compared: "
-                f"judged by {html_text(str(judges[0]))} and by {html_text(str(judges[1]))}, whose scores are on different scales</div>")
-    return head + table_html(rows) + note
+    note = not_compared_note(result)  # as ragkit report says it
+    if note:
+        note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'>{html_text(note)}, whose scores are on different scales</div>"
+    return head + table_html(rows) + (note or "")
 
 
 def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct", ax=None, title: str = "quality vs latency"):
