@@ -52,6 +52,9 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
     assert main(["report", "runs/plain", "runs/sparse_only", "-o", "report.md"]) == 0
     text = (environment / "report.md").read_text()
     assert "## sparse_only vs plain" in text and "95% interval" in text and "Pareto front" in text
+    capsys.readouterr()
+    assert main(["report", "runs/plain", "runs/sparse_only"]) == 0  # not a terminal (captured): the same Markdown, printed
+    assert capsys.readouterr().out.strip() == text.strip()
 
 
 def test_bad_input_gets_one_clear_line(environment, capsys, sample_index_dir):

@@ -179,6 +179,45 @@ def test_a_judged_measure_is_compared_only_between_runs_judged_alike():
     assert "not compared" not in comparison_html(compare(a, b), ("plain", "grading"))
 
 
+def _rich_run(name, correct, seconds, judge="m (correct task)"):
+    run = _run(name, correct, seconds)
+    for i, row in enumerate(run["rows"]):
+        row.update({"recall@k": 1.0, "mrr": 1 / (1 + i % 3), "ndcg": 0.5, "em": row["correct"], "semantic_similarity": 0.75,
+                    "faithfulness": 0.6, "context_relevance": 0.9, "llm_calls": 2.0})
+    run["run"]["judge_model"] = judge
+    run["aggregates"] = aggregate(run["rows"])
+    return run
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_terminal_report_fits_its_width_and_shows_the_markdowns_cells(width):
+    from rich.console import Console
+
+    from ragkit.eval.compare import comparison_rows
+    from ragkit.ui.eval_terminal import report_group
+
+    runs = [_rich_run("plain", [1, 0] * 10, 1.0), _rich_run("self_correction", [1, 1, 1, 0] * 5, 2.5),
+            _rich_run("self_correction", [1] * 20, 3.0, judge="m (correct_x_likelihood task)")]
+    console = Console(width=width, record=True, color_system=None)
+    console.print(report_group(runs))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines)
+    text = "\n".join(lines)
+    markdown = markdown_report(runs)
+    # every measure's row whole on one line: its name, n, both means, the difference and its interval
+    for name, run in (("self_correction (2)", runs[1]), ("self_correction (3)", runs[2])):
+        for row in comparison_rows(compare(runs[0], run), ("plain", name)):
+            whole = "  ".join([row["measure"], row["n"], row["plain"], row[name], row["difference"], row["95% interval"]])
+            assert any(" ".join(line.split()).startswith(" ".join(whole.split())) for line in lines), (whole, text)
+            assert f"| {row['measure']} | {row['n']} | {row['plain']} | {row[name]} | {row['difference']} | {row['95% interval']} |" in markdown
+    assert "self_correction (2) (B) vs plain (A): 20 questions in both" in " ".join(text.split())
+    assert "no significant difference" in " ".join(text.split()) and "McNemar" in text
+    assert "not compared: judged by m (correct task) and by m (correct_x_likelihood task)" in " ".join(text.split())
+    # the aggregates: a measure a row, each mean with its n, the same strategy twice in two columns
+    assert any(line.split()[:1] == ["semantic_similarity"] and line.count("(n=20)") == 3 for line in lines), text
+    assert "Pareto front (correct vs p50 latency): plain" in " ".join(text.split())
+
+
 # -- strategies -------------------------------------------------------------------------------------
 def test_strategies_are_named_versioned_and_never_overwritten(tmp_path, monkeypatch):
     from ragkit.eval import strategies

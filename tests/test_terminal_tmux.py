@@ -1,9 +1,10 @@
-"""`ragkit ask` and `ragkit chat` in a real terminal: tmux at 80×24 and 120×40, keys sent, the screen read.
+"""`ragkit ask`, `ragkit chat` and `ragkit report` in a real terminal: tmux at 80×24 and 120×40, keys sent, the screen read.
 
 What a person sees is asserted on the captured pane: the answer and its confidence on screen, every
 trace step's name in full (never cut to "deco…"), each part's answer once, and in the chat a follow-up
 read with the history, a clarification asked back and resolved by "the second", and the session
-continued by a new process. The tmux server is private to the test (its own socket) and killed at the end.
+continued by a new process; in the report every measure's numbers on the measure's own line. The tmux server is
+private to the test (its own socket) and killed at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.llm]
+pytestmark = pytest.mark.integration  # ask and chat run the real embedded LLM too (marked llm)
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_NAMES = {"decompose", "per_part", "answer", "retriever", "guard", "confidence", "evidence"}
@@ -65,7 +66,8 @@ class Tmux:
 def terminal(tmp_path):
     made: list[Tmux] = []
     env = {"RAGKIT_LLM": "qwen2.5-coder-0.5b", "RAGKIT_MAX_NEW_TOKENS": "48", "RAGKIT_DATA": str(tmp_path / "data"), "TERM": "xterm-256color",
-           "HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(tmp_path))}
+           "HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(tmp_path)),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # a checkout run with PYTHONPATH tests its own code, not the installed one
 
     def make(width: int, height: int) -> Tmux:
         tmux = Tmux(tmp_path / f"tmux-{len(made)}.sock", width, height, env)  # a server each
@@ -81,6 +83,7 @@ def visible_lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.splitlines() if line.strip()]
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("width,height", [(80, 24), (120, 40)])
 def test_ask_decompose_reads_at_this_width(terminal, sample_index_dir, width, height):
     tmux = terminal(width, height)
@@ -97,6 +100,7 @@ def test_ask_decompose_reads_at_this_width(terminal, sample_index_dir, width, he
     assert {"decompose", "per_part"} <= names, text
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("width,height", [(80, 24), (120, 40)])
 def test_chat_follow_up_clarification_and_a_second_process(terminal, sample_index_dir, tmp_path, width, height):
     sessions = tmp_path / f"sessions-{width}.sqlite"
@@ -142,3 +146,38 @@ def test_chat_follow_up_clarification_and_a_second_process(terminal, sample_inde
     again.start(command)
     text = again.wait_for(lambda s: "you›" in s, timeout=240)
     assert "and what did he study?" in text or "Tesla" in text, text
+
+
+def test_report_reads_at_80_columns(terminal, sample_index, tmp_path):
+    """Two real run folders (real retrieval over sample_docs; a scripted LLM, as the report is what is looked at)."""
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack.dataclasses import ChatMessage
+
+    from ragkit.config import ModelConfig, RagConfig
+    from ragkit.eval.runs import EvalRun
+    from ragkit.eval.strategies import resolve
+    from ragkit.eval.testset import EvalItem, save_testset
+    from ragkit.pipeline.engine import AgenticRAG
+
+    config = RagConfig(models=ModelConfig(llm="qwen2.5-coder-0.5b"))
+    asked = {"Where was Nikola Tesla born?": "Smiljan", "Which team won Super Bowl 50?": "Denver Broncos", "Who founded the Yuan dynasty?": "Kublai Khan"}
+    items = [EvalItem(q, [a], kind="single", chunks=[next(i for i, c in sample_index.chunks.items() if a in c.content)]) for q, a in asked.items()]
+    path = save_testset(items, tmp_path / "set.jsonl")
+    for strategy, reply in (("plain", "Smiljan [1]."), ("sparse_only", "The Denver Broncos [1].")):  # what they get right is not the point
+        llm = MockChatGenerator(response_fn=(lambda text: lambda messages: text)(reply))
+        run = EvalRun.open(tmp_path / "runs" / strategy, resolve(strategy), config, path, items, known_chunks=set(sample_index.chunks))
+        run.execute(AgenticRAG(resolve(strategy).features, config=config, index=sample_index, chat_generator=llm))
+
+    tmux = terminal(80, 24)
+    runs = " ".join(shlex.quote(str(tmp_path / "runs" / name)) for name in ("plain", "sparse_only"))
+    tmux.start(f"{shlex.quote(sys.executable)} -m ragkit.ui.cli report {runs}")
+    text = tmux.wait_for(lambda s: "flipped between right and wrong" in s, timeout=60)
+    lines = visible_lines(text)
+    assert all(len(line) <= 80 for line in lines), text  # -J joins what the terminal wrapped: a longer line was folded
+    assert not TRUNCATED_WORD.search(text), text
+    # each measure compared: its name, n, both means, the difference and the interval on one line
+    compared = [line for line in lines if re.match(r"\s*(recall@k|mrr|ndcg|em|f1|correct)\s+\d+\s+\d\.\d{3}\s+\d\.\d{3}\s+[+-]\d\.\d{3}\s+\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", line)]
+    assert len(compared) >= 4, text
+    assert "sparse_only (B) vs plain (A): 3 questions in both" in text and "no significant" in text and "McNemar" in text, text
+    assert re.search(r"(?m)^\s*correct\s+\d\.\d{3} \(n=3\)\s+\d\.\d{3} \(n=3\)\s*$", text), text  # the aggregates: a measure a row
+    assert re.search(r"\d question(s)? flipped between right and wrong", text), text

@@ -108,8 +108,52 @@ def pareto_front(runs: list[dict[str, Any]], quality: str = "correct") -> list[s
             if not any((q2 >= q and t2 <= t) and (q2 > q or t2 < t) for k2, (q2, t2) in points.items() if k2 != k)]
 
 
-def _fmt(value: Any) -> str:
+def cell_text(value: Any) -> str:
     return "–" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def run_names(runs: list[dict[str, Any]]) -> list[str]:
+    """Each run's label; the same strategy twice is numbered, so each keeps a column of its own."""
+    names = [label(run) for run in runs]
+    return [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]
+
+
+def measure_cell(aggregates: dict[str, Any], measure: str) -> str | None:
+    """'0.500 (n=6, 1 failed)': a mean with what it was computed over, None when the run has no value."""
+    entry = aggregates.get(measure)
+    if not entry or entry["mean"] is None:
+        return None
+    failed = f", {entry['failed']} failed" if entry.get("failed") else ""
+    return f"{entry['mean']:.3f} (n={entry['n']}{failed})"
+
+
+def aggregate_rows(runs: list[dict[str, Any]], measures: tuple[str, ...] = MEASURES[:-2]) -> list[dict[str, Any]]:
+    """The runs' aggregates a measure a row and a run a column (runs compared are few, measures many):
+    items, each measure some run has, then p50 / p95 seconds and LLM calls a question (numbers, unformatted)."""
+    names = run_names(runs)
+    rows = [{"measure": "items", **{n: r["aggregates"]["rows"] for n, r in zip(names, runs)}}]
+    for measure in measures:
+        cells = {n: measure_cell(r["aggregates"], measure) for n, r in zip(names, runs)}
+        if any(cells.values()):
+            rows.append({"measure": measure, **cells})
+    for measure, key, stat in (("p50 s", "latency_s", "p50"), ("p95 s", "latency_s", "p95"), ("LLM calls/q", "llm_calls", "mean")):
+        rows.append({"measure": measure, **{n: (r["aggregates"].get(key) or {}).get(stat) for n, r in zip(names, runs)}})
+    return rows
+
+
+def comparison_rows(result: dict[str, Any], names: tuple[str, str]) -> list[dict[str, str]]:
+    """:func:`compare`'s measures as text cells: both means, the difference, its interval, the verdict (with McNemar's test)."""
+    rows = []
+    for measure, e in result["measures"].items():
+        test = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
+        rows.append({"measure": measure, "n": str(e["n"]), names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
+                     "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
+    return rows
+
+
+def flipped_text(result: dict[str, Any]) -> str:
+    n = len(result["flipped"])
+    return f"{n} question{'' if n == 1 else 's'} flipped between right and wrong"
 
 
 def not_compared_note(result: dict[str, Any]) -> str | None:
@@ -121,26 +165,24 @@ def not_compared_note(result: dict[str, Any]) -> str | None:
 
 def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str:
     """Each run's aggregates, then every later run against the first, measure by measure, with the interval."""
-    names = [label(r) for r in runs]
+    names = run_names(runs)
     lines = [f"# ragkit report: {', '.join(names)}", "", f"Test set: `{runs[0]['run']['testset']['path']}` "
              f"(sha256 {runs[0]['run']['testset']['sha256'][:12]}…); model {runs[0]['run']['model']}.", "",
              "| run | items | " + " | ".join(MEASURES[:-2]) + " | p50 s | p95 s | LLM calls/q |", "|" + " --- |" * (len(MEASURES) + 3)]
     for name, run in zip(names, runs):
         agg = run["aggregates"]
-        cells = [_fmt((agg.get(m) or {}).get("mean")) + (f" (n={agg[m]['n']})" if agg.get(m) else "") for m in MEASURES[:-2]]
+        cells = [cell_text((agg.get(m) or {}).get("mean")) + (f" (n={agg[m]['n']})" if agg.get(m) else "") for m in MEASURES[:-2]]
         latency = agg.get("latency_s") or {}
-        lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {_fmt(latency.get('p50'))} | {_fmt(latency.get('p95'))} | "
-                     f"{_fmt((agg.get('llm_calls') or {}).get('mean'))} |")
+        lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {cell_text(latency.get('p50'))} | {cell_text(latency.get('p95'))} | "
+                     f"{cell_text((agg.get('llm_calls') or {}).get('mean'))} |")
     front = pareto_front(runs, quality)
     lines += ["", f"Pareto front ({quality} vs p50 latency): {', '.join(front) or '–'}."]
     for name, run in zip(names[1:], runs[1:]):
         result = compare(runs[0], run)
         lines += ["", f"## {name} vs {names[0]} ({result['questions_in_both']} questions in both)", "",
                   "| measure | n | " + names[0] + " | " + name + " | difference | 95% interval | verdict |", "|" + " --- |" * 7]
-        for measure, e in result["measures"].items():
-            extra = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
-            lines.append(f"| {measure} | {e['n']} | {e['a']:.3f} | {e['b']:.3f} | {e['difference']:+.3f} | [{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}] | {e['verdict']}{extra} |")
+        lines += ["| " + " | ".join(row.values()) + " |" for row in comparison_rows(result, (names[0], name))]
         if note := not_compared_note(result):
             lines.append(f"\n{note}.")
-        lines.append(f"\n{len(result['flipped'])} questions flipped between right and wrong.")
+        lines.append(f"\n{flipped_text(result)}.")
     return "\n".join(lines) + "\n"

@@ -160,12 +160,15 @@ def cmd_report(args, console) -> int:
     hashes = {r["run"]["testset"]["sha256"] for r in runs}
     if len(hashes) > 1:
         raise ValueError("these runs measured different test sets; a comparison needs the same questions")
-    text = markdown_report(runs, quality=args.quality)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        Path(args.output).write_text(markdown_report(runs, quality=args.quality), encoding="utf-8")
         console.print(f"wrote {shown(args.output)}")
-    else:
-        print(text)
+    elif args.markdown or not console.is_terminal:  # a pipe or a file gets the Markdown, to paste or keep
+        print(markdown_report(runs, quality=args.quality))
+    else:  # a person at a terminal: tables that fit its width (16 Markdown columns fold at 80)
+        from ragkit.ui.eval_terminal import report_group
+
+        console.print(report_group(runs, quality=args.quality))
     return 0
 
 
@@ -339,6 +342,7 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("report", help="compare runs of one test set: differences with 95%% intervals, McNemar's test")
     p.add_argument("runs", nargs="+", help="run folders; the first is the baseline")
     p.add_argument("-o", "--output", help="write the Markdown report here")
+    p.add_argument("--markdown", action="store_true", help="print the Markdown even to a terminal (a pipe always gets it)")
     p.add_argument("--quality", default="correct", help="the measure of the Pareto front (default correct)")
     p.set_defaults(func=cmd_report)
 

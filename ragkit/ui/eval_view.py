@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragkit.eval.compare import compare, label, not_compared_note, pareto_front, quality_and_latency
+from ragkit.eval.compare import aggregate_rows, compare, comparison_rows, label, not_compared_note, pareto_front, quality_and_latency, run_names
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
 from ragkit.ui.text_safety import html_text
@@ -42,32 +42,15 @@ def items_html(items: list[Any], n: int = 8) -> str:
 def aggregates_html(runs: list[dict[str, Any]]) -> str:
     """Each run's aggregates, a measure a row and a run a column: ten measures side by side would run
     past the notebook at laptop width, while runs compared are few."""
-    names = [label(run) for run in runs]
-    names = [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]  # the same strategy twice: two columns
-    cells: dict[str, dict[str, Any]] = {"items": {}}
-    for run, name in zip(runs, names):
-        agg = run["aggregates"]
-        cells["items"][name] = agg["rows"]
-        for m in MEASURES:
-            if agg.get(m) and agg[m]["mean"] is not None:
-                failed = f", {agg[m]['failed']} failed" if agg[m]["failed"] else ""
-                cells.setdefault(m, {})[name] = f"{agg[m]['mean']:.3f} (n={agg[m]['n']}{failed})"
-        cells.setdefault("p50 s", {})[name] = (agg.get("latency_s") or {}).get("p50")
-        cells.setdefault("LLM calls/q", {})[name] = (agg.get("llm_calls") or {}).get("mean")
-    return table_html([{"measure": m, **{name: by_run.get(name) for name in names}} for m, by_run in cells.items()])
+    return table_html(aggregate_rows(runs, MEASURES))
 
 
 def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
-    rows = []
-    for measure, e in result["measures"].items():
-        test = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
-        rows.append({"measure": measure, "n": e["n"], names[0]: f"{e['a']:.3f}", names[1]: f"{e['b']:.3f}", "difference": f"{e['difference']:+.3f}",
-                     "95% interval": f"[{e['interval_95'][0]:+.3f}, {e['interval_95'][1]:+.3f}]", "verdict": e["verdict"] + test})
     head = f"<p><b>{html_text(names[1])} vs {html_text(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
     note = not_compared_note(result)  # as ragkit report says it
     if note:
         note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'>{html_text(note)}, whose scores are on different scales</div>"
-    return head + table_html(rows) + (note or "")
+    return head + table_html(comparison_rows(result, names)) + (note or "")
 
 
 def quality_latency_figure(runs: list[dict[str, Any]], quality: str = "correct", ax=None, title: str = "quality vs latency"):
@@ -230,7 +213,7 @@ class EvalLab:
         from ragkit.ui.panel import display_figure
 
         self.comparison = compare(*self.runs)
-        names = (label(self.runs[0]), label(self.runs[1]))
+        names = tuple(run_names(self.runs))  # the same strategy twice: "plain (1)" and "plain (2)", two columns
         self.report.clear_output(wait=True)
         with self.report:
             display(HTML(aggregates_html(self.runs) + comparison_html(self.comparison, names)))
@@ -258,7 +241,7 @@ class EvalLab:
     def show_flip(self, i: int) -> str:
         from IPython.display import HTML, display
 
-        text = flip_html(self.comparison["flipped"][i], (label(self.runs[0]), label(self.runs[1])), self.index)
+        text = flip_html(self.comparison["flipped"][i], tuple(run_names(self.runs)), self.index)
         self.flip.clear_output(wait=True)
         with self.flip:
             display(HTML(text))
