@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -36,7 +37,8 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
     for name, text in NEW_FOLDER.items():
         (folder / name).write_text(text)
     common = ["--index-dir", str(environment / "index"), "--cache", str(environment / "cache.sqlite")]
-    assert main(["testset", "generate", str(folder), "--n", "4", "-o", "set.jsonl", "--quiet", *common]) == 0
+    assert main(["testset", "generate", str(folder), "--n", "4", "-o", "set.jsonl", *common]) == 0
+    assert re.search(r"questions kept: *\d+%\|.*\| \d+/\d+ .*\d+ tried", capsys.readouterr().err)  # minutes of LLM calls show a bar
     items = [json.loads(line) for line in (environment / "set.jsonl").read_text().splitlines()]
     assert items and all(i["kind"] in ("single", "paraphrase", "multi", "unanswerable") for i in items)
     for item in items:

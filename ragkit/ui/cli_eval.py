@@ -62,8 +62,24 @@ def cmd_testset_generate(args, console) -> int:
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))} if args.mix else None
     llm = build_chat_generator(config.models)
     cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
-    with llm_cache(cache):
-        items, report = generate_testset(index, llm, n=args.n, mix=mix, seed=args.seed)
+    from tqdm import tqdm
+
+    # minutes of LLM calls: a bar of the questions kept (singles also make the two-part and unanswerable items)
+    bar = tqdm(desc="questions kept", unit="q", disable=args.quiet)
+    tried = 0
+
+    def progress(kept: int, needed: int) -> None:
+        nonlocal tried
+        tried += 1
+        bar.total = needed
+        bar.set_postfix_str(f"{tried} tried", refresh=False)
+        bar.update(kept - bar.n)
+
+    try:
+        with llm_cache(cache):
+            items, report = generate_testset(index, llm, n=args.n, mix=mix, seed=args.seed, progress=progress)
+    finally:
+        bar.close()
     save_testset(items, args.output)
     summary = report.summary()
     console.print(f"wrote {shown(args.output)}: {len(items)} items of {args.n} asked, from {summary['candidates']} candidates "

@@ -49,8 +49,10 @@ def _column_style(values: list[str]) -> str:
 
 def _table(head: str, body: str) -> str:
     # JupyterLab's own table CSS centres tables, right-aligns cells and fixes the layout: override all.
+    # A table wider than the output (a window narrower than the laptop width the browser test checks)
+    # scrolls sideways rather than losing its last columns without a sign.
     return (
-        "<div style='max-width:100%;overflow-x:hidden;line-height:1.35'>"
+        "<div style='max-width:100%;overflow-x:auto;line-height:1.35'>"
         "<table style='border-collapse:collapse;table-layout:auto;margin:0;max-width:100%;font-size:0.92em'>"
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )
@@ -59,7 +61,7 @@ def _table(head: str, body: str) -> str:
 def table_html(rows: list[dict[str, Any]]) -> str:
     """Rows of dicts as an HTML table (every value escaped: document text is data, not markup).
     Numbers are rounded and right-aligned, text left-aligned; short columns never wrap, long text
-    wraps inside the table's width instead of scrolling sideways."""
+    wraps inside the table's width; only a table still wider than its output scrolls sideways."""
     if not rows:
         return "<i>nothing</i>"
     columns = list(dict.fromkeys(k for row in rows for k in row))

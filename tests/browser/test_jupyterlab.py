@@ -80,7 +80,7 @@ _JS_WATCH = """(panel) => {
 _JS_DESCRIBE = """const describe = (el) => `${el.tagName.toLowerCase()}.${[...el.classList].slice(0, 3).join('.')} "${(el.innerText || el.value || '').trim().replace(/\\s+/g, ' ').slice(0, 50)}"`;"""
 
 # Every table a notebook's output shows, scrolled into view as a person reads it: where it ends
-# beyond what is visible (its wrapper clips with overflow hidden, so nothing scrolls: columns vanish)
+# beyond what is visible (at laptop width every column should be in view without scrolling sideways)
 _JS_CUT_TABLES = """async () => { %s
     const cut = [];
     for (const t of document.querySelectorAll('.jp-NotebookPanel .jp-OutputArea-output table')) {
@@ -252,7 +252,7 @@ def look_at_table(page, name: str, header: str) -> dict[str, Any]:
     return {"found": 1, "rows": table.first.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))"),
             "overflow": table.first.evaluate(f"t => ({_JS_OVERFLOW})(t.closest('.jp-OutputArea-output'))"),
             "right": table.first.evaluate("t => t.getBoundingClientRect().right"),
-            # the visible part ends at the output area, or earlier where a wrapper clips the table (overflow hidden)
+            # the visible part ends at the output area, or earlier where the table's wrapper ends (it scrolls beyond)
             "visible_right": table.first.evaluate("""t => Math.min(...[t.parentElement, t.closest('.jp-OutputArea-output')]
                 .map(e => e.getBoundingClientRect().right))"""),
             "window": page.page.evaluate("window.innerWidth")}
