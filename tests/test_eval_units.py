@@ -216,6 +216,8 @@ def test_the_terminal_report_fits_its_width_and_shows_the_markdowns_cells(width)
     # the aggregates: a measure a row, each mean with its n, the same strategy twice in two columns
     assert any(line.split()[:1] == ["semantic_similarity"] and line.count("(n=20)") == 3 for line in lines), text
     assert "Pareto front (correct vs p50 latency): plain" in " ".join(text.split())
+    same = comparison_rows(compare(runs[0], runs[0]), ("plain", "plain"))[0]
+    assert len(same) == 7 and same["plain (A)"] == same["plain (B)"]  # one strategy twice: both means kept
 
 
 # -- strategies -------------------------------------------------------------------------------------

@@ -151,7 +151,6 @@ def test_chat_follow_up_clarification_and_a_second_process(terminal, sample_inde
 def test_report_reads_at_80_columns(terminal, sample_index, tmp_path):
     """Two real run folders (real retrieval over sample_docs; a scripted LLM, as the report is what is looked at)."""
     from haystack.components.generators.chat import MockChatGenerator
-    from haystack.dataclasses import ChatMessage
 
     from ragkit.config import ModelConfig, RagConfig
     from ragkit.eval.runs import EvalRun

@@ -143,6 +143,8 @@ def aggregate_rows(runs: list[dict[str, Any]], measures: tuple[str, ...] = MEASU
 
 def comparison_rows(result: dict[str, Any], names: tuple[str, str]) -> list[dict[str, str]]:
     """:func:`compare`'s measures as text cells: both means, the difference, its interval, the verdict (with McNemar's test)."""
+    if names[0] == names[1]:  # one strategy run twice: each mean keeps its own column
+        names = (f"{names[0]} (A)", f"{names[1]} (B)")
     rows = []
     for measure, e in result["measures"].items():
         test = f"; McNemar {e['mcnemar']['b_only']} vs {e['mcnemar']['a_only']}, p = {e['mcnemar']['p_value']:.3f}" if "mcnemar" in e else ""
@@ -171,7 +173,7 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
              "| run | items | " + " | ".join(MEASURES[:-2]) + " | p50 s | p95 s | LLM calls/q |", "|" + " --- |" * (len(MEASURES) + 3)]
     for name, run in zip(names, runs):
         agg = run["aggregates"]
-        cells = [cell_text((agg.get(m) or {}).get("mean")) + (f" (n={agg[m]['n']})" if agg.get(m) else "") for m in MEASURES[:-2]]
+        cells = [measure_cell(agg, m) or "–" for m in MEASURES[:-2]]
         latency = agg.get("latency_s") or {}
         lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {cell_text(latency.get('p50'))} | {cell_text(latency.get('p95'))} | "
                      f"{cell_text((agg.get('llm_calls') or {}).get('mean'))} |")

@@ -4,8 +4,9 @@ The Markdown report (:func:`ragkit.eval.compare.markdown_report`) has a row a ru
 sixteen columns: right for a file or a pull request, but a terminal 80 columns wide folds each of its
 rows over several lines and no column lines up. Here, as in notebook 09, the measures go down and the runs
 across (runs compared are few, measures many), and a comparison keeps its number columns whole — the
-means, B − A, its interval — and gives the rest of the width to the verdict, folded between words. ``ragkit report`` prints this when its output is a terminal and the Markdown otherwise (a pipe, a
-file, ``--markdown``). The cells are the ones the Markdown and the notebook show
+means, B − A, its interval — and gives the rest of the width to the verdict, folded between words.
+``ragkit report`` prints this when its output is a terminal and the Markdown otherwise (a pipe, a file,
+``--markdown``). The cells are the ones the Markdown and the notebook show
 (:func:`~ragkit.eval.compare.aggregate_rows`, :func:`~ragkit.eval.compare.comparison_rows`).
 
 Rendering only: a function of runs (:func:`ragkit.eval.runs.load_run`'s dicts) returning a Rich renderable,
