@@ -38,7 +38,8 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
         (folder / name).write_text(text)
     common = ["--index-dir", str(environment / "index"), "--cache", str(environment / "cache.sqlite")]
     assert main(["testset", "generate", str(folder), "--n", "4", "-o", "set.jsonl", *common]) == 0
-    assert re.search(r"questions kept: *\d+%\|.*\| \d+/\d+ .*\d+ tried", capsys.readouterr().err)  # minutes of LLM calls show a bar
+    said = capsys.readouterr()
+    assert re.search(r"questions kept: *\d+%\|.*\| \d+/\d+ .*\d+ tried", said.err)  # minutes of LLM calls show a bar
     items = [json.loads(line) for line in (environment / "set.jsonl").read_text().splitlines()]
     assert items and all(i["kind"] in ("single", "paraphrase", "multi", "unanswerable") for i in items)
     for item in items:
@@ -49,6 +50,8 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
             assert item["answers"][0] in chunk.content
     report = json.loads((environment / "set.jsonl.report.json").read_text())
     assert report["accepted"] == len(items) and report["by_kind"]
+    for reason, n in report["rejected_by_reason"].items():  # a reason a line, its count beside it (a wrap parted them)
+        assert re.search(rf"(?m)^ +(rejected +)?{n} {reason.replace('_', ' ')} *$", said.out), said.out
     for strategy in ("plain", "sparse_only"):
         assert main(["eval", "--features", strategy, "--testset", "set.jsonl", "--judge-llm", "none", "--quiet", *common]) == 0
     assert main(["report", "runs/plain", "runs/sparse_only", "-o", "report.md"]) == 0

@@ -86,8 +86,8 @@ def cmd_testset_generate(args, console) -> int:
                   f"({summary['llm_calls']} LLM calls, {summary['cache_hits']} cache hits, {summary['seconds']:.0f} s)")
     for kind, entry in summary["by_kind"].items():
         console.print(f"  {kind:13} {entry['in_set']:3} in the set; {entry['accepted']:3} of {entry['candidates']:3} candidates passed ({entry['acceptance']:.0%})")
-    if summary["rejected_by_reason"]:
-        console.print("  rejected: " + ", ".join(f"{reason} {n}" for reason, n in summary["rejected_by_reason"].items()))
+    for i, (reason, n) in enumerate(summary["rejected_by_reason"].items()):  # a line each: a wrap never parts a count from its reason
+        console.print(f"  {'rejected' if i == 0 else '':13} {n:3} {reason.replace('_', ' ')}", highlight=False)
     Path(str(args.output) + ".report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return 0 if items else 3
 
