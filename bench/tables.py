@@ -494,6 +494,21 @@ def repro_table(d: dict) -> str:
     ])
 
 
+def eval_seconds_table(d: dict) -> str:
+    """bench/results/eval_seconds.json: what ``ragkit eval --dry-run`` said against the wall time, by judge."""
+    rows = ["| test set | judge | dry run said (every call at the answer's seconds) | measured | measured ÷ dry run | each judge call at its measured seconds | measured ÷ that |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, entry in d["sets"].items():
+        for judge, r in entry["runs"].items():
+            fitted = (f"{r['with_fitted_judge_s']:.0f} s", f"{r['measured_over_fitted']:.2f}") if "with_fitted_judge_s" in r else ("–", "–")
+            rows.append(f"| {name} (seed {entry['seed']}, {entry['items']} items) | {judge} | {r['dry_run_s']} s ({r['dry_run_calls']} calls) | "
+                        f"{r['measured_s']:.0f} s | {r['measured_over_dry_run']:.2f} | {fitted[0]} | {fitted[1]} |")
+    per_call = ", ".join(f"{judge} {s:.1f} s" for judge, s in d["judge_seconds_per_call"].items())
+    rows += ["", f"Seconds a judge call, measured on the fitting set and used by the dry run since: {per_call}; what is left over "
+                 f"(measured ÷ that above 1) is the command's start-up — Python, the embedder, the models loading — which the estimate leaves out. `{d['command']}`"]
+    return "\n".join(rows)
+
+
 def conversation_tables(d: dict) -> dict[str, str]:
     """bench/results/conversation.json: follow-ups, clarification and what a follow-up costs (one pure table each)."""
     out = {}
@@ -671,6 +686,8 @@ def tables() -> dict[str, str]:
         out["eval_agreement.json"] = agreement_table(load("eval_agreement.json"))
     if load("eval_repro.json"):
         out["eval_repro.json"] = repro_table(load("eval_repro.json"))
+    if load("eval_seconds.json"):
+        out["eval_seconds.json"] = eval_seconds_table(load("eval_seconds.json"))
     if load("conversation.json"):
         out.update(conversation_tables(load("conversation.json")))
     if load("parity.json"):

@@ -90,6 +90,21 @@ def test_the_plan_counts_the_calls_of_the_judge_the_run_records(tmp_path, testse
     assert calls == {"correct": 3 * answered, "correct_x_likelihood": 4 * answered}  # the answer, then P(yes) (+ the likelihood), context relevance
 
 
+def test_the_plan_times_a_judge_call_at_the_judges_measured_seconds(tmp_path, testset, sample_index):
+    from ragkit.eval.runs import JUDGE_SECONDS_PER_CALL, SECONDS_PER_CALL
+
+    path, items = testset
+    answered = len(items) - 1
+    for judge in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        run = EvalRun.open(tmp_path / judge, resolve("plain"), _config(), path, items, known_chunks=set(sample_index.chunks),
+                           judge_model=f"{judge} (correct_x_likelihood task)", chat_generator=Counting())
+        plan = run.plan()
+        # the answers at the answering model's seconds, each judge call (three an answer) at the judge's own
+        assert plan.seconds == pytest.approx(answered * SECONDS_PER_CALL["qwen2.5-coder-0.5b"] + 3 * answered * JUDGE_SECONDS_PER_CALL[judge])
+    measured = json.loads((Path(__file__).parents[1] / "bench" / "results" / "eval_seconds.json").read_text())["judge_seconds_per_call"]
+    assert JUDGE_SECONDS_PER_CALL == measured  # the figures the bench measured, not others
+
+
 def test_a_half_written_row_is_dropped_and_the_run_resumes_without_repeating_one(tmp_path, testset, sample_index):
     llm = Counting()
     folder = tmp_path / "run"

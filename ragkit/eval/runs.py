@@ -45,6 +45,10 @@ RUN_FORMAT = 1
 # Seconds per LLM call on 2 cores, measured (docs/answers.md, bench/results/answer_quality.json): what a
 # dry run multiplies by. A model not listed gets the larger one.
 SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 1.0, "qwen2.5-coder-1.5b": 2.2}
+# A judge call reads the five sources whole where the answer's call reads the selected evidence, so it costs
+# several times more: seconds per judge call by judge model, measured by bench/eval_seconds.py
+# (bench/results/eval_seconds.json, a test keeps them equal). A judge not listed gets the larger one.
+JUDGE_SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 2.21, "qwen2.5-coder-1.5b": 4.27}
 
 
 class RunMismatch(ValueError):
@@ -63,12 +67,12 @@ def git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def estimated_calls(strategy: Strategy, item: EvalItem, judge_calls: int) -> int:
-    """LLM calls one item is likely to cost: the answer, each LLM step the strategy turns on, the judge's."""
+def estimated_calls(strategy: Strategy, item: EvalItem) -> int:
+    """LLM calls the pipeline is likely to make for one item: the answer and each LLM step the strategy turns on."""
     f = strategy.features
     per_part = 1 + sum(bool(x) for x in (f.hyde, f.grading and f.grader_backend == "llm", f.hallucination_check, f.multi_hop, f.rewrite and f.rewrite_backend == "llm"))
     parts = max(len(item.parts), 1) if f.decompose else 1
-    return per_part * parts + judge_calls
+    return per_part * parts
 
 
 @dataclass
@@ -142,10 +146,13 @@ class EvalRun:
     def plan(self, seconds_per_call: float | None = None) -> Plan:
         strategy = Strategy(self.meta["strategy"]["name"], self.meta["strategy"]["version"], self._features())
         left = [it for it in self.items if it.id not in self.done]
-        judge_calls = calls_per_answer(self.meta["judge_model"])
-        calls = sum(estimated_calls(strategy, it, judge_calls) for it in left)
+        judge = self.meta["judge_model"]
+        judge_calls = calls_per_answer(judge) * len(left)
+        calls = sum(estimated_calls(strategy, it) for it in left)
         per_call = seconds_per_call or SECONDS_PER_CALL.get(self.meta["model"], max(SECONDS_PER_CALL.values()))
-        return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls, calls * per_call)
+        per_judge_call = JUDGE_SECONDS_PER_CALL.get(judge.rsplit(" (", 1)[0], max(JUDGE_SECONDS_PER_CALL.values())) if judge else 0.0
+        return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls + judge_calls,
+                    calls * per_call + judge_calls * (seconds_per_call or per_judge_call))
 
     def _features(self):
         from ragkit.pipeline.features import Features
