@@ -75,6 +75,11 @@ def calls_per_answer(label: str | None) -> int:
     return 3 if label.endswith(f"({LIKELIHOOD_TASK} task)") else 2
 
 
+def judge_model_of(label: str) -> str:
+    """The judge model's name in the ``label`` a run recorded (:attr:`LocalJudge.label`: "MODEL (TASK task)")."""
+    return label.rsplit(" (", 1)[0]
+
+
 class LocalJudge:
     def __init__(self, chat_generator: Any, max_sources: int = 5, task: str | None = None, model_name: str | None = None):
         task = task or default_task(chat_generator)

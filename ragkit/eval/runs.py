@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from ragkit import __version__
 from ragkit.config import RagConfig
-from ragkit.eval.judge import calls_per_answer
+from ragkit.eval.judge import calls_per_answer, judge_model_of
 from ragkit.eval.scoring import aggregate, score_item
 from ragkit.eval.strategies import Strategy
 from ragkit.eval.testset import EvalItem, testset_sha256
@@ -150,7 +150,7 @@ class EvalRun:
         judge_calls = calls_per_answer(judge) * len(left)
         calls = sum(estimated_calls(strategy, it) for it in left)
         per_call = seconds_per_call or SECONDS_PER_CALL.get(self.meta["model"], max(SECONDS_PER_CALL.values()))
-        per_judge_call = JUDGE_SECONDS_PER_CALL.get(judge.rsplit(" (", 1)[0], max(JUDGE_SECONDS_PER_CALL.values())) if judge else 0.0
+        per_judge_call = JUDGE_SECONDS_PER_CALL.get(judge_model_of(judge), max(JUDGE_SECONDS_PER_CALL.values())) if judge else 0.0
         return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls + judge_calls,
                     calls * per_call + judge_calls * (seconds_per_call or per_judge_call))
 

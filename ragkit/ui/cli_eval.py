@@ -51,6 +51,8 @@ def _index_for(args, console, config):
 
 
 def cmd_testset_generate(args, console) -> int:
+    from tqdm import tqdm
+
     from ragkit.eval.generate import generate_testset
     from ragkit.eval.testset import save_testset
     from ragkit.llm.cache import LLMCache, llm_cache
@@ -62,8 +64,6 @@ def cmd_testset_generate(args, console) -> int:
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))} if args.mix else None
     llm = build_chat_generator(config.models)
     cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
-    from tqdm import tqdm
-
     # minutes of LLM calls: a bar of the questions kept (singles also make the two-part and unanswerable items)
     bar = tqdm(desc="questions kept", unit="q", disable=args.quiet)
     tried = 0
