@@ -222,10 +222,19 @@ def test_tune_chooses_on_one_half_and_reports_on_the_other(tmp_path, testset, sa
     assert not {i.id for i in tuning} & {i.id for i in reporting} and len(tuning) + len(reporting) == len(items)
     assert split_halves(items) == (tuning, reporting)  # seeded: the same halves every time
     llm = Counting()
+    heard = []
     report = tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, builtin_space(["plain", "sparse_only", "dense_only"]),
-                  latency_budget=60.0, runs_dir=tmp_path / "tune", testset_path=path, config=_config(), quality="mrr", known_chunks=set(sample_index.chunks))
+                  latency_budget=60.0, runs_dir=tmp_path / "tune", testset_path=path, config=_config(), quality="mrr", known_chunks=set(sample_index.chunks),
+                  progress=lambda what, done, total: heard.append((what, done, total)))
     assert report["chosen"] in ("plain", "sparse_only", "dense_only") and report["halves"] == {"tuning": len(tuning), "reporting": len(reporting)}
     assert set(report["tuning_half"]) == {"plain", "sparse_only", "dense_only"} and report["pareto_front"]
+    measured = len([i for i in tuning if i.chunks and "no-such-chunk" not in i.chunks])  # MRR needs a chunk, and one still in the index
+    assert all(e["n"] == measured and e["failed"] == 0 and e["within_budget"] for e in report["tuning_half"].values()), report["tuning_half"]
+    # a bar a run: each run heard from at its start and after every question
+    asked = len([i for i in tuning if "no-such-chunk" not in i.chunks])  # an item whose chunk is gone is not asked
+    assert heard[0] == ("tune half: plain", 0, asked) and ("tune half: dense_only", asked, asked) in heard
+    assert [w for w, d, _ in heard if d == 0] == ["tune half: plain", "tune half: sparse_only", "tune half: dense_only", "report half: plain"] + \
+        ([f"report half: {report['chosen']}"] if report["chosen"] != "plain" else [])
     assert report["report_half"]["questions_in_both"] == len([i for i in reporting if "no-such-chunk" not in i.chunks])
     with pytest.raises(ValueError, match="no strategy kept p50 latency within"):
         tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, builtin_space(["plain"]),

@@ -216,8 +216,55 @@ def test_the_terminal_report_fits_its_width_and_shows_the_markdowns_cells(width)
     # the aggregates: a measure a row, each mean with its n, the same strategy twice in two columns
     assert any(line.split()[:1] == ["semantic_similarity"] and line.count("(n=20)") == 3 for line in lines), text
     assert "Pareto front (correct vs p50 latency): plain" in " ".join(text.split())
+    # judged means read as probabilities of being right (0.6 "wrong") unless the report says what they are
+    assert "they rank answers (higher: more often right) but are not probabilities of being right" in " ".join(text.split())
+    assert "they rank answers (higher: more often right) but are not probabilities of being right." in markdown
+    unjudged = _run("plain", [1, 0] * 10, 1.0)
+    assert "not probabilities" not in markdown_report([unjudged, unjudged])
     same = comparison_rows(compare(runs[0], runs[0]), ("plain", "plain"))[0]
     assert len(same) == 7 and same["plain (A)"] == same["plain (B)"]  # one strategy twice: both means kept
+
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_what_ragkit_eval_and_tune_print_fits_the_terminal(width):
+    """`ragkit eval`'s measures a row each; `ragkit tune`'s candidates, best first, with why one was chosen
+    (chosen, Pareto front, over the budget), then the reporting half's comparison or why there is none."""
+    from rich.console import Console
+
+    from ragkit.ui.eval_terminal import run_summary, tune_group
+
+    def printed(renderable) -> tuple[list[str], str]:
+        console = Console(width=width, record=True, color_system=None)
+        console.print(renderable)
+        lines = console.export_text().splitlines()
+        assert all(len(line) <= width for line in lines), "\n".join(lines)
+        return lines, " ".join(" ".join(lines).split())
+
+    run = _rich_run("grading", [1, 0, 1, 1] * 5, 2.0)
+    lines, text = printed(run_summary(run, "runs/grading"))
+    assert lines[0] == "runs/grading: 20 rows" and "not probabilities of being right" in text
+    assert any(line.split() == ["correct", "0.750", "(n=20)"] for line in lines), lines
+    assert any(line.split() == ["semantic_similarity", "0.750", "(n=20)"] for line in lines), lines
+
+    base, chosen = _rich_run("plain", [1, 0] * 10, 1.0), _rich_run("sparse_only", [1, 1, 1, 0] * 5, 0.8)
+    report = {"quality": "correct", "latency_budget_s": 3.0, "halves": {"tuning": 20, "reporting": 20}, "baseline": "plain",
+              "chosen": "sparse_only", "pareto_front": ["sparse_only"], "report_half": compare(base, chosen),
+              "tuning_half": {"plain": {"correct": 0.5, "n": 20, "failed": 0, "p50_s": 1.0, "within_budget": True},
+                              "grading": {"correct": 0.8, "n": 20, "failed": 1, "p50_s": 9.5, "within_budget": False},
+                              "sparse_only": {"correct": 0.75, "n": 20, "failed": 0, "p50_s": 0.8, "within_budget": True}}}
+    lines, text = printed(tune_group(report))
+    assert "Tuning half (20 questions): correct and p50 seconds, latency budget 3 s p50" in text
+    candidates = lines[:lines.index(next(line for line in lines if line.startswith("On the reporting half")))]
+    rows = [line.split() for line in candidates if line.split()[:1] in (["plain"], ["grading"], ["sparse_only"])]
+    assert [r[0] for r in rows] == ["grading", "sparse_only", "plain"], lines  # best quality first
+    assert rows[0][1:5] == ["0.800", "(n=20,", "1", "failed)"] and "over the budget" in " ".join(rows[0])
+    assert " ".join(rows[1]) == "sparse_only 0.750 (n=20) 0.800 chosen · Pareto front"
+    assert "On the reporting half (20 questions), the figures to believe: sparse_only (B) vs plain (A): 20 questions in both" in text
+    assert any(line.split()[:2] == ["correct", "20"] and "[" in line for line in lines), lines
+    report.update(chosen="plain", pareto_front=["plain"], report_half=compare(base, base))
+    _, text = printed(tune_group(report))
+    assert "plain was chosen: it is the baseline, so there is nothing to compare on the reporting half (20 questions)." in text
 
 
 # -- strategies -------------------------------------------------------------------------------------

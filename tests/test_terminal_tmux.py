@@ -94,6 +94,7 @@ def test_ask_decompose_reads_at_this_width(terminal, sample_index_dir, width, he
     assert all(len(line) <= width for line in lines)
     assert not TRUNCATED_WORD.search(text), "a word cut with …:\n" + text
     assert "Smiljan" in text, text
+    assert "Loading weights" not in text, text  # transformers' bar for the embedder: noise above the answer
     # each part's answer once: the parts are listed, not repeated under the answer
     assert text.count("Smiljan") <= 2, text  # the answer and its cited source line at most
     names = {m for m in STEP_NAMES if re.search(rf"(?m)^\W*{m}\b", text)}
@@ -180,3 +181,38 @@ def test_report_reads_at_80_columns(terminal, sample_index, tmp_path):
     assert "sparse_only (B) vs plain (A): 3 questions in both" in text and "no significant" in text and "McNemar" in text, text
     assert re.search(r"(?m)^\s*correct\s+\d\.\d{3} \(n=3\)\s+\d\.\d{3} \(n=3\)\s*$", text), text  # the aggregates: a measure a row
     assert re.search(r"\d question(s)? flipped between right and wrong", text), text
+
+
+@pytest.mark.llm
+def test_eval_and_tune_read_at_80_columns(terminal, sample_index, sample_index_dir, tmp_path):
+    """`ragkit eval` then `ragkit tune` as a user runs them (the real 0.5B, no judge): the run's measures a row each,
+    and tune's candidates with why one was chosen, then the reporting half — every line within 80 columns."""
+    from ragkit.eval.testset import EvalItem, save_testset
+
+    asked = {"Where was Nikola Tesla born?": "Smiljan", "Which team won Super Bowl 50?": "Denver Broncos",
+             "Who founded the Yuan dynasty?": "Kublai Khan", "Which team did the Denver Broncos beat in Super Bowl 50?": "Carolina Panthers"}
+    items = [EvalItem(q, [a], kind="single", chunks=[next(i for i, c in sample_index.chunks.items() if a in c.content)]) for q, a in asked.items()]
+    testset = save_testset(items, tmp_path / "set.jsonl")
+    common = f"--index-dir {shlex.quote(str(sample_index_dir))} --testset {shlex.quote(str(testset))} --judge-llm none " \
+             f"--runs-dir {shlex.quote(str(tmp_path / 'runs'))} --cache {shlex.quote(str(tmp_path / 'cache.sqlite'))}"
+    cli = f"{shlex.quote(sys.executable)} -m ragkit.ui.cli"
+    tmux = terminal(80, 24)
+    tmux.start(f"{cli} eval --features plain {common} && {cli} tune --strategies plain,sparse_only --latency-budget 120 {common}")
+    text = tmux.wait_for(lambda s: "tune.json" in s or "error" in s, timeout=400)
+    lines = visible_lines(text)
+    assert all(len(line) <= 80 for line in lines), text  # -J joins what the terminal wrapped: a longer line was folded
+    assert not TRUNCATED_WORD.search(text) and "Loading weights" not in text, text
+    # eval: where the run is, then each measure on its own line with what it was computed over
+    assert re.search(r"(?m)^.*runs/plain: 4 rows$", text), text
+    assert re.search(r"(?m)^recall@k +\d\.\d{3} \(n=4\)$", text) and re.search(r"(?m)^correct +\d\.\d{3} \(n=4\)$", text), text
+    # tune: a bar a run, each candidate on the tuning half with its quality over n and its p50, the choice marked
+    assert re.search(r"tune half: sparse_only: 100%\|.*\| 2/2", text), text
+    assert "Tuning half (2 questions): correct and p50 seconds, latency budget 120 s p50" in text, text
+    candidates = [line for line in lines if re.match(r"(plain|sparse_only) +\d\.\d{3} \(n=2\) +\d+\.\d{3}", line)]
+    assert len(candidates) == 2 and sum("chosen" in line for line in candidates) == 1, text
+    chosen = next(line.split()[0] for line in candidates if "chosen" in line)
+    if chosen != "plain":  # the choice against the baseline on the other half, each measure's numbers on its line
+        assert f"{chosen} (B) vs plain (A): 2 questions in both" in text and "On the reporting half (2 questions)" in text, text
+        assert re.search(r"(?m)^correct +2 +\d\.\d{3} +\d\.\d{3} +[+-]\d\.\d{3} +\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", text), text
+    else:
+        assert "plain was chosen: it is the baseline" in text, text

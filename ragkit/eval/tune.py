@@ -60,24 +60,30 @@ def builtin_space(names: list[str] | None = None) -> list[Strategy]:
 def tune(
     make_rag: Callable[[Features], Any], items: list[EvalItem], strategies: list[Strategy], latency_budget: float | None, runs_dir: str | Path,
     testset_path: str | Path, config: RagConfig, judge: Any = None, cache: Any = None, quality: str = "correct", seed: int = 0,
-    baseline: str = "plain", known_chunks: set[str] | None = None, progress: Callable[[str], None] | None = None,
+    baseline: str = "plain", known_chunks: set[str] | None = None, progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
+    """``progress(what, done, total)`` hears each run start ("tune half: plain") and each question it finishes."""
     runs_dir = Path(runs_dir)
     tuning, reporting = split_halves(items, seed)
 
     def run(strategy: Strategy, half: list[EvalItem], which: str) -> dict[str, Any]:
-        if progress:
-            progress(f"{which} half: {strategy.label}")
         rag = make_rag(strategy.features)
         folder = runs_dir / f"{which}-{strategy.label.replace('+', '_')}"
         evaluation = EvalRun.open(folder, strategy, config, testset_path, half, known_chunks=known_chunks,
                                   judge_model=getattr(judge, "label", None), chat_generator=getattr(rag, "chat_generator", None))
-        evaluation.execute(rag, judge=judge, cache=cache)
+        what = f"{which} half: {strategy.label}"
+        if progress:
+            progress(what, len(evaluation.done), len(evaluation.items))
+        evaluation.execute(rag, judge=judge, cache=cache, progress=(lambda done, total: progress(what, done, total)) if progress else None)
         return {"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]}
 
     tuned = {s.label: run(s, tuning, "tune") for s in strategies}
     scored = {name: quality_and_latency(r, quality) for name, r in tuned.items()}
-    eligible = {name: (q, t) for name, (q, t) in scored.items() if q is not None and t is not None and (latency_budget is None or t <= latency_budget)}
+
+    def within(t: float | None) -> bool:
+        return t is not None and (latency_budget is None or t <= latency_budget)
+
+    eligible = {name: (q, t) for name, (q, t) in scored.items() if q is not None and within(t)}
     if not eligible:
         raise ValueError(f"no strategy kept p50 latency within {latency_budget} s on the tuning half: {scored}")
     chosen = max(eligible, key=lambda name: (eligible[name][0], -eligible[name][1]))
@@ -88,7 +94,10 @@ def tune(
     return {
         "quality": quality, "latency_budget_s": latency_budget, "seed": seed,
         "halves": {"tuning": len(tuning), "reporting": len(reporting)},
-        "tuning_half": {name: {quality: q, "p50_s": t} for name, (q, t) in scored.items()},
+        # each quality says over how many questions (and how many failed), as every aggregate does
+        "tuning_half": {name: {quality: q, "n": (tuned[name]["aggregates"].get(quality) or {}).get("n", 0),
+                               "failed": (tuned[name]["aggregates"].get(quality) or {}).get("failed", 0), "p50_s": t, "within_budget": within(t)}
+                        for name, (q, t) in scored.items()},
         "pareto_front": pareto_front(list(tuned.values()), quality),
         "chosen": chosen,
         "report_half": compare(reported_base, reported_chosen),

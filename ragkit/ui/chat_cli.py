@@ -30,6 +30,7 @@ from rich.text import Text
 
 from ragkit.conversation.session import ChatReply, ChatSession
 from ragkit.pipeline.trace import Step
+from ragkit.ui.cli_common import quiet_model_loading
 from ragkit.ui.terminal import facts_line, plain, sources_block, trace_caption, trace_table
 
 SOURCES_SHOWN = 3
@@ -222,12 +223,7 @@ class ChatLoop:
         """Load the models and the index now, so the first question's time is the question's."""
         from ragkit.ui.ablation import prepare_one_time
 
-        try:
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()  # its "Loading weights" bar would draw over the chat
-        except ImportError:
-            pass
+        quiet_model_loading()
         with self.console.status("loading the model and the index…", spinner="dots"):
             prepare_one_time(self.session.rag)
             self.session.rag.pipeline.warm_up()

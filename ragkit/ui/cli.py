@@ -12,7 +12,7 @@ import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Ha
 from ragkit.index.store import DEFAULT_INDEX_DIR
 from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
-from ragkit.ui.cli_common import Interrupted, index_location, live_version, shown
+from ragkit.ui.cli_common import Interrupted, index_location, live_version, quiet_model_loading, shown
 from ragkit.ui.cli_common import forget_interrupt_seen_in_c_code as _forget_interrupt_seen_in_c_code
 from ragkit.ui.cli_eval import add_eval_commands
 from ragkit.ui.cli_serve import add_serve_commands
@@ -367,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.index.retrieval import QueryError
 
     args = build_parser().parse_args(argv)
+    quiet_model_loading()
     console = Console(stderr=False)
     try:
         return args.func(args, console)

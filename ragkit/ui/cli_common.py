@@ -65,3 +65,14 @@ def forget_interrupt_seen_in_c_code() -> None:
         ctypes.pythonapi.PyRun_SimpleString(b"")
     except (AttributeError, OSError):  # an interpreter without the C API symbol: the exit code is the only cost
         pass
+
+
+def quiet_model_loading() -> None:
+    """Turn off transformers' "Loading weights: 100%|…| 103/103" bar: it takes no visible time when the
+    embedder loads, and in a terminal it is a line of noise above every command's output (and draws over
+    the chat's prompt)."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # a remote-only setup without transformers has no such bar
+        return
+    transformers_logging.disable_progress_bar()

@@ -160,11 +160,9 @@ def cmd_eval(args, console) -> int:
         return 3
     finally:
         bar.close()
-    agg = summary["aggregates"]
-    shown_measures = [m for m in ("recall@k", "mrr", "f1", "correct", "faithfulness", "context_relevance", "correct_decline", "false_decline") if m in agg]
-    console.print(f"{run.directory}: {agg['rows']} rows; " + "; ".join(f"{m} {agg[m]['mean']:.3f} (n={agg[m]['n']}" + (f", {agg[m]['failed']} failed" if agg[m]['failed'] else "") + ")"
-                                                           for m in shown_measures if agg[m]["mean"] is not None)
-                  + (f"; p50 {agg['latency_s']['p50']:.2f} s" if "latency_s" in agg else ""))
+    from ragkit.ui.eval_terminal import run_summary
+
+    console.print(run_summary({"run": run.meta, "aggregates": summary["aggregates"]}, str(run.directory)))
     return 0
 
 
@@ -192,6 +190,7 @@ def cmd_tune(args, console) -> int:
     from ragkit.eval.strategies import resolve
     from ragkit.eval.testset import load_testset
     from ragkit.eval.tune import builtin_space, toggle_space, tune
+    from ragkit.ui.eval_terminal import tune_group
     from ragkit.llm.cache import LLMCache
     from ragkit.llm.generators import build_chat_generator
 
@@ -207,19 +206,40 @@ def cmd_tune(args, console) -> int:
     else:
         candidates = builtin_space(["plain", "hyde", "rerank", "grading", "self_correction", "full", "dense_only", "sparse_only"])
     cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
-    report = tune(_make_rag(config, index, llm), items, candidates, args.latency_budget, args.runs_dir, args.testset, config,
-                  judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks),
-                  progress=lambda text: console.print(text))
+    bars = RunBars(quiet=args.quiet)
+    try:
+        report = tune(_make_rag(config, index, llm), items, candidates, args.latency_budget, args.runs_dir, args.testset, config,
+                      judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks), progress=bars)
+    finally:
+        bars.close()
     out = Path(args.runs_dir) / "tune.json"
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    correct = report["report_half"]["measures"].get(args.quality, {})
-    console.print(f"chosen on the tuning half ({report['halves']['tuning']} items): {report['chosen']}; Pareto front: {', '.join(report['pareto_front'])}")
-    if correct:
-        console.print(f"on the reporting half ({report['halves']['reporting']} items), {report['chosen']} vs {report['baseline']}: "
-                      f"{args.quality} {correct['b']:.3f} vs {correct['a']:.3f}, difference {correct['difference']:+.3f} "
-                      f"[{correct['interval_95'][0]:+.3f}, {correct['interval_95'][1]:+.3f}] — {correct['verdict']}")
+    console.print(tune_group(report))
     console.print(f"wrote {shown(out)}")
     return 0
+
+
+class RunBars:
+    """One progress bar a run, for a command that runs several in turn (``ragkit tune``): ``bars(what, done, total)``
+    closes the last run's bar when another run starts. A run of 50 questions is minutes of LLM calls; its name
+    alone printed nothing until it was over."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet, self.what, self.bar = quiet, None, None
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if what != self.what:
+            self.close()
+            self.what, self.bar = what, tqdm(total=total, initial=done, desc=what, disable=self.quiet)
+        else:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.what, self.bar = None, None
 
 
 def cmd_strategies(args, console) -> int:

@@ -26,7 +26,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ragkit.eval.compare import aggregate_rows, cell_text, compare, comparison_rows, flipped_text, not_compared_note, pareto_front, run_names
+from ragkit.eval.compare import (aggregate_rows, cell_text, compare, comparison_rows, flipped_text, judged_scores_note, measure_cell,
+                                 not_compared_note, pareto_front, run_names)
+from ragkit.ui.text_safety import visible
 
 NUMBERS = {"justify": "right", "no_wrap": True}
 
@@ -37,10 +39,10 @@ def _table(title: str) -> Table:
                  padding=(0, 1, 0, 0))
 
 
-def aggregates_table(runs: list[dict[str, Any]]) -> Table:
+def aggregates_table(runs: list[dict[str, Any]], title: str = "Each run") -> Table:
     """A measure a row, a run a column; each mean says over how many items it was computed."""
     names = run_names(runs)
-    table = _table("Each run")
+    table = _table(title)
     table.add_column("measure", no_wrap=True)
     for name in names:
         table.add_column(Text(name), justify="right")  # "0.476 (n=40, 1 failed)" may fold after the mean
@@ -63,15 +65,28 @@ def comparison_table(result: dict[str, Any], names: tuple[str, str]) -> Table:
     return table
 
 
+def _judged_note(runs: list[dict[str, Any]]) -> list[Text]:
+    note = judged_scores_note(runs)
+    return [Text(f"{note[0].upper()}{note[1:]}.", style="dim")] if note else []
+
+
+def run_summary(run: dict[str, Any], where: str) -> Group:
+    """What ``ragkit eval`` prints when a run is done: where it is, then its measures a row each (on one
+    line they wrapped over four at 80 columns, a number parted from its measure)."""
+    return Group(Text.assemble((visible(where), "bold"), f": {run['aggregates']['rows']} rows"),
+                 aggregates_table([run], title=""), *_judged_note([run]))
+
+
 def report_group(runs: list[dict[str, Any]], quality: str = "correct") -> Group:
     """The report :func:`~ragkit.eval.compare.markdown_report` writes, for a terminal: ``console.print(report_group(runs))``."""
     names = run_names(runs)
     testset = runs[0]["run"]["testset"]
     parts: list[Any] = [
         Text.assemble(("ragkit report: ", "bold"), ", ".join(names)),
-        Text(f"test set {testset['path']} (sha256 {testset['sha256'][:12]}); model {runs[0]['run']['model']}"),
+        Text(f"test set {visible(testset['path'])} (sha256 {testset['sha256'][:12]}); model {runs[0]['run']['model']}"),
         Text(""),
         aggregates_table(runs),
+        *_judged_note(runs),
         Text(f"Pareto front ({quality} vs p50 latency): {', '.join(pareto_front(runs, quality)) or '–'}"),
     ]
     for name, run in zip(names[1:], runs[1:]):
@@ -80,4 +95,48 @@ def report_group(runs: list[dict[str, Any]], quality: str = "correct") -> Group:
         if note := not_compared_note(result):
             parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
         parts.append(Text(f"{flipped_text(result)} (notebook 09 shows each, with both answers)."))
+    return Group(*parts)
+
+
+def tuning_table(report: dict[str, Any]) -> Table:
+    """Every candidate on the tuning half, best first: its quality (over how many questions), p50 seconds, and
+    whether it was chosen, is on the Pareto front or went over the latency budget — why the choice is what it is."""
+    quality = report["quality"]
+    table = _table("")  # its title is a line above it: a title wraps at the table's width, narrower than the terminal's
+    table.add_column("strategy", no_wrap=True)
+    table.add_column(quality, justify="right", no_wrap=True)
+    table.add_column("p50 s", **NUMBERS)
+    table.add_column("", ratio=1, min_width=12)
+    front = set(report["pareto_front"])
+
+    def order(item):
+        q, t = item[1][quality], item[1]["p50_s"]
+        return (q is None, -(q or 0.0), t if t is not None else float("inf"))
+
+    for name, entry in sorted(report["tuning_half"].items(), key=order):
+        mean = measure_cell({quality: {"mean": entry[quality], "n": entry["n"], "failed": entry["failed"]}}, quality)
+        marks = (["chosen"] if name == report["chosen"] else []) + (["Pareto front"] if name in front else []) \
+            + ([] if entry["within_budget"] else ["over the budget"])
+        table.add_row(Text(name), Text(mean or "–"), Text(cell_text(entry["p50_s"])),
+                      Text(" · ".join(marks), style="bold" if name == report["chosen"] else ""))
+    return table
+
+
+def tune_group(report: dict[str, Any]) -> Group:
+    """What ``ragkit tune`` prints: the candidates on the tuning half, then the chosen strategy against the
+    baseline on the other half — the figure to believe, since the tuning half's own are biased up by the choice."""
+    result, names = report["report_half"], (report["baseline"], report["chosen"])
+    budget = report["latency_budget_s"]
+    within = f", latency budget {budget:g} s p50" if budget is not None else ""
+    parts: list[Any] = [Text(f"Tuning half ({report['halves']['tuning']} questions): {report['quality']} and p50 seconds{within}", style="bold"),
+                        tuning_table(report), Text("")]
+    if names[0] == names[1]:
+        parts.append(Text(f"{names[0]} was chosen: it is the baseline, so there is nothing to compare on the reporting half "
+                          f"({report['halves']['reporting']} questions)."))
+    else:
+        parts += [Text(f"On the reporting half ({report['halves']['reporting']} questions), the figures to believe:", style="bold"),
+                  comparison_table(result, names)]
+        if note := not_compared_note(result):
+            parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
+        parts.append(Text(f"{flipped_text(result)}."))
     return Group(*parts)
