@@ -221,6 +221,8 @@ def test_the_terminal_report_fits_its_width_and_shows_the_markdowns_cells(width)
     assert "they rank answers (higher: more often right) but are not probabilities of being right." in markdown
     unjudged = _run("plain", [1, 0] * 10, 1.0)
     assert "not probabilities" not in markdown_report([unjudged, unjudged])
+    from ragkit.ui.eval_view import aggregates_html
+    assert "are the judge&#x27;s scores: they rank answers" in aggregates_html(runs) and "not probabilities" not in aggregates_html([unjudged])
     same = comparison_rows(compare(runs[0], runs[0]), ("plain", "plain"))[0]
     assert len(same) == 7 and same["plain (A)"] == same["plain (B)"]  # one strategy twice: both means kept
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragkit.eval.compare import aggregate_rows, compare, comparison_rows, label, not_compared_note, pareto_front, quality_and_latency, run_names
+from ragkit.eval.compare import (aggregate_rows, compare, comparison_rows, judged_scores_note, label, not_compared_note, pareto_front,
+                                 quality_and_latency, run_names)
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
 from ragkit.ui.text_safety import html_text
@@ -39,17 +40,22 @@ def items_html(items: list[Any], n: int = 8) -> str:
     return table_html([{"kind": it.kind, "question": it.question, "answer": " | ".join(it.answers) or "(decline)"} for it in items[:n]])
 
 
+NOTE_STYLE = "font-size:0.85em;color:#666;margin-top:4px"
+
+
 def aggregates_html(runs: list[dict[str, Any]]) -> str:
     """Each run's aggregates, a measure a row and a run a column: ten measures side by side would run
     past the notebook at laptop width, while runs compared are few."""
-    return table_html(aggregate_rows(runs, MEASURES))
+    note = judged_scores_note(runs)  # as ragkit report says it
+    note = f"<div style='{NOTE_STYLE}'>{html_text(note[0].upper() + note[1:])}.</div>" if note else ""
+    return table_html(aggregate_rows(runs, MEASURES)) + note
 
 
 def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
     head = f"<p><b>{html_text(names[1])} vs {html_text(names[0])}</b>, {result['questions_in_both']} questions in both; {len(result['flipped'])} flipped between right and wrong</p>"
     note = not_compared_note(result)  # as ragkit report says it
     if note:
-        note = f"<div style='font-size:0.85em;color:#666;margin-top:4px'>{html_text(note)}, whose scores are on different scales</div>"
+        note = f"<div style='{NOTE_STYLE}'>{html_text(note)}, whose scores are on different scales</div>"
     return head + table_html(comparison_rows(result, names)) + (note or "")
 
 
