@@ -90,4 +90,9 @@ def test_strategies_are_listed_and_added_from_the_command_line(environment, caps
     assert main(["strategies", "list"]) == 0
     listed = capsys.readouterr().out
     assert "mine@2" in listed and "rerank" in listed and "sparse_only" in listed
+    lines = listed.splitlines()
+    full = next(i for i, line in enumerate(lines) if line.startswith("full "))
+    assert all(len(line) <= 80 for line in lines) and re.match(r"full +builtin +routing, hyde, rerank", lines[full])
+    # what does not fit folds under its own column (it folded under the names)
+    assert lines[full + 1].startswith(" " * lines[full].index("routing")) and "self_correction" in lines[full + 1], listed
     assert main(["strategies", "add", "plain", "mine.yaml"]) == 2

@@ -253,10 +253,21 @@ def cmd_strategies(args, console) -> int:
         return 0
     from ragkit.pipeline.features import Features
 
+    from rich.table import Table
+    from rich.text import Text
+
+    from ragkit.ui.text_safety import visible
+
     default = Features().to_dict()
+    # a table, so a long list of changes folds under its own column at 80 columns, not under the names
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), header_style="bold")
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("what it turns on or sets (the rest as plain RAG)", ratio=1)
     for strategy in strategies.available():
         changed = [k if v is True else f"{k}={v}" for k, v in strategy.features.to_dict().items() if v != default[k]] or ["plain RAG"]
-        console.print(f"{strategy.label:18} {strategy.version:8} {shown(', '.join(changed))}")
+        table.add_row(Text(visible(strategy.label)), Text(visible(strategy.version)), Text(visible(", ".join(changed))))
+    console.print(table)
     return 0
 
 
