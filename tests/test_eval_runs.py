@@ -239,3 +239,25 @@ def test_tune_chooses_on_one_half_and_reports_on_the_other(tmp_path, testset, sa
     with pytest.raises(ValueError, match="no strategy kept p50 latency within"):
         tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, builtin_space(["plain"]),
              latency_budget=0.0, runs_dir=tmp_path / "tune2", testset_path=path, config=_config(), known_chunks=set(sample_index.chunks))
+
+
+def test_a_space_larger_than_the_trials_is_searched_by_optuna_and_a_small_one_run_whole(tmp_path, testset, sample_index):
+    from ragkit.eval.tune import WIDE, tune
+
+    path, items = testset
+    llm = Counting()
+
+    def tuned(space, trials, folder):
+        return tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, space, latency_budget=60.0,
+                    runs_dir=tmp_path / folder, testset_path=path, config=_config(), quality="mrr", known_chunks=set(sample_index.chunks), trials=trials)
+
+    report = tuned(WIDE, 5, "wide")
+    assert report["search"] == {"method": "optuna TPE", "space_size": 576, "trials": 5, "seed": 0, "strategies_run": len(report["tuning_half"])}
+    assert 1 <= len(report["tuning_half"]) <= 5 and report["chosen"] in report["tuning_half"]  # a repeated trial reuses its run
+    assert len([p for p in (tmp_path / "wide").iterdir() if p.name.startswith("tune-")]) == len(report["tuning_half"])
+    calls = llm.calls
+    again = tuned(WIDE, 5, "wide")  # seeded: the same trials, their run folders reused
+    assert list(again["tuning_half"]) == list(report["tuning_half"]) and again["chosen"] == report["chosen"]
+    small = tuned({"hyde": (False, True), "top_k": (3, 5)}, 5, "small")
+    assert small["search"]["method"] == "exhaustive" and set(small["tuning_half"]) == {"plain", "top_k=3", "hyde", "hyde+top_k=3"}
+    assert calls > 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import re
+
 import pytest
 
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
@@ -228,6 +230,9 @@ def test_the_terminal_report_fits_its_width_and_shows_the_markdowns_cells(width)
 
 
 
+LONG = "hyde+rerank+grading+routing+decompose+self_correction+retrieval_mode=sparse+top_k=3"
+
+
 @pytest.mark.parametrize("width", [80, 120])
 def test_what_ragkit_eval_and_tune_print_fits_the_terminal(width):
     """`ragkit eval`'s measures a row each; `ragkit tune`'s candidates, best first, with why one was chosen
@@ -251,21 +256,31 @@ def test_what_ragkit_eval_and_tune_print_fits_the_terminal(width):
 
     base, chosen = _rich_run("plain", [1, 0] * 10, 1.0), _rich_run("sparse_only", [1, 1, 1, 0] * 5, 0.8)
     report = {"quality": "correct", "latency_budget_s": 3.0, "halves": {"tuning": 20, "reporting": 20}, "baseline": "plain",
+              "search": {"method": "optuna TPE", "space_size": 576, "trials": 24, "seed": 0, "strategies_run": 3},
               "chosen": "sparse_only", "pareto_front": ["sparse_only"], "report_half": compare(base, chosen),
               "tuning_half": {"plain": {"correct": 0.5, "n": 20, "failed": 0, "p50_s": 1.0, "within_budget": True},
                               "grading": {"correct": 0.8, "n": 20, "failed": 1, "p50_s": 9.5, "within_budget": False},
-                              "sparse_only": {"correct": 0.75, "n": 20, "failed": 0, "p50_s": 0.8, "within_budget": True}}}
+                              "sparse_only": {"correct": 0.75, "n": 20, "failed": 0, "p50_s": 0.8, "within_budget": True},
+                              LONG: {"correct": 0.1, "n": 20, "failed": 0, "p50_s": 14.25, "within_budget": False}}}
     lines, text = printed(tune_group(report))
     assert "Tuning half (20 questions): correct and p50 seconds, latency budget 3 s p50" in text
+    assert "Searched: 24 trials of Optuna's TPE sampler over 576 combinations, 3 strategies run." in text
     candidates = lines[:lines.index(next(line for line in lines if line.startswith("On the reporting half")))]
-    rows = [line.split() for line in candidates if line.split()[:1] in (["plain"], ["grading"], ["sparse_only"])]
-    assert [r[0] for r in rows] == ["grading", "sparse_only", "plain"], lines  # best quality first
+    rows = [line.split() for line in candidates if line.split()[:1] in (["plain"], ["grading"], ["sparse_only"], ["hyde"])]
+    assert [r[0] for r in rows] == ["grading", "sparse_only", "plain", "hyde"], lines  # best quality first
+    # a searched strategy's long name folds between its parts: nothing cut, its numbers and marks on its first line
+    first = next(i for i, line in enumerate(candidates) if line.startswith("hyde + "))
+    folded = candidates[first:candidates.index("", first) if "" in candidates[first:] else len(candidates)]
+    assert "…" not in text and " ".join(re.split(r"\s{2,}", line.strip())[0] for line in folded) == LONG.replace("+", " + "), lines
+    assert folded[0].split()[-6:] == ["0.100", "(n=20)", "14.250", "over", "the", "budget"], lines
     assert rows[0][1:5] == ["0.800", "(n=20,", "1", "failed)"] and "over the budget" in " ".join(rows[0])
     assert " ".join(rows[1]) == "sparse_only 0.750 (n=20) 0.800 chosen · Pareto front"
     assert "On the reporting half (20 questions), the figures to believe: sparse_only (B) vs plain (A): 20 questions in both" in text
     assert any(line.split()[:2] == ["correct", "20"] and "[" in line for line in lines), lines
-    report.update(chosen="plain", pareto_front=["plain"], report_half=compare(base, base))
+    report.update(chosen="plain", pareto_front=["plain"], report_half=compare(base, base),
+                  search={"method": "exhaustive", "space_size": 3, "trials": 3, "seed": 0, "strategies_run": 3})
     _, text = printed(tune_group(report))
+    assert "Searched: every one of 3 strategies run." in text
     assert "plain was chosen: it is the baseline, so there is nothing to compare on the reporting half (20 questions)." in text
 
 

@@ -208,6 +208,7 @@ def test_eval_and_tune_read_at_80_columns(terminal, sample_index, sample_index_d
     # tune: a bar a run, each candidate on the tuning half with its quality over n and its p50, the choice marked
     assert re.search(r"tune half: sparse_only: 100%\|.*\| 2/2", text), text
     assert "Tuning half (2 questions): correct and p50 seconds, latency budget 120 s p50" in text, text
+    assert "Searched: every one of 2 strategies run." in text, text
     candidates = [line for line in lines if re.match(r"(plain|sparse_only) +\d\.\d{3} \(n=2\) +\d+\.\d{3}", line)]
     assert len(candidates) == 2 and sum("chosen" in line for line in candidates) == 1, text
     chosen = next(line.split()[0] for line in candidates if "chosen" in line)

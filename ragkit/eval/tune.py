@@ -8,13 +8,20 @@ The chosen strategy and the baseline (``plain``) then run on the **reporting hal
 believe: the tuning half's own numbers are biased upward by the choice itself. The quality-vs-latency
 Pareto front of the tuning half is named too.
 
-The search is exhaustive over the candidates given (the built-in strategies by default, or every
-on/off combination of a few toggles, :func:`toggle_space`); each run is an ordinary, resumable run
-folder, so a stopped tuning goes on where it stopped.
+The candidates are a list of strategies (the built-in ones by default), tried one by one, or a search
+space — a few features and the values each may take (:data:`TOGGLES`: every on/off combination of four
+toggles, 16; :data:`WIDE`: six toggles, the retriever and ``top_k``, 576). A space no larger than
+``trials`` is tried whole; a larger one is searched by Optuna's TPE sampler for ``trials`` trials
+(seeded; a strategy over the latency budget is infeasible to it, a constraint it models), since
+576 runs of even 20 questions are days on 2 cores. Optuna is used rather than a hand-written search
+because its sampler models which values pay off, and it keeps the study in memory (nothing pickled or
+written). A trial that repeats a strategy already run costs nothing: its run folder is reused. Each run
+is an ordinary, resumable run folder, so a stopped tuning goes on where it stopped.
 
 Usage::
 
     report = tune(make_rag, items, strategies, latency_budget=3.0, runs_dir="runs/tune", testset_path="set.jsonl", config=config)
+    report = tune(make_rag, items, WIDE, latency_budget=3.0, ..., trials=24)   # Optuna over 576 combinations
     report["chosen"], report["report_half"]["measures"]["correct"]
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -44,13 +52,36 @@ def split_halves(items: list[EvalItem], seed: int = 0) -> tuple[list[EvalItem], 
     return tuning, reporting
 
 
-def toggle_space(toggles: tuple[str, ...] = ("hyde", "rerank", "grading", "routing")) -> list[Strategy]:
+SearchSpace = dict[str, tuple[Any, ...]]
+TOGGLES: SearchSpace = {name: (False, True) for name in ("hyde", "rerank", "grading", "routing")}
+WIDE: SearchSpace = {**TOGGLES, "decompose": (False, True), "self_correction": (False, True),
+                     "retrieval_mode": ("hybrid", "dense", "sparse"), "top_k": (3, 5, 8)}
+# a toggle that needs others on to do anything: self-correction acts on the hallucination check's verdict
+TURNS_ON = {"self_correction": {"hallucination_check": True, "judge_spans": True, "self_correction": True}}
+
+
+def space_size(space: SearchSpace) -> int:
+    return math.prod(len(values) for values in space.values())
+
+
+def space_strategy(values: dict[str, Any]) -> Strategy:
+    """The strategy for one point of a search space, named by what it changes from plain RAG ("hyde+top_k=3")."""
+    default, settings, changed = Features(), {}, []
+    for name, value in values.items():
+        settings.update(TURNS_ON[name] if value is True and name in TURNS_ON else {name: value})
+        if value != getattr(default, name):
+            changed.append(name if value is True else f"{name}={value}")
+    return Strategy("+".join(changed) or "plain", "builtin", replace(default, **settings).validate())
+
+
+def space_strategies(space: SearchSpace) -> list[Strategy]:
+    """Every point of ``space``, plain RAG first."""
+    return [space_strategy(dict(zip(space, values))) for values in itertools.product(*space.values())]
+
+
+def toggle_space(toggles: tuple[str, ...] = tuple(TOGGLES)) -> list[Strategy]:
     """Every on/off combination of ``toggles`` on plain RAG, named by what is on."""
-    out = []
-    for values in itertools.product((False, True), repeat=len(toggles)):
-        on = [t for t, v in zip(toggles, values) if v]
-        out.append(Strategy("+".join(on) or "plain", "builtin", replace(Features(), **dict(zip(toggles, values)))))
-    return out
+    return space_strategies({name: (False, True) for name in toggles})
 
 
 def builtin_space(names: list[str] | None = None) -> list[Strategy]:
@@ -58,11 +89,14 @@ def builtin_space(names: list[str] | None = None) -> list[Strategy]:
 
 
 def tune(
-    make_rag: Callable[[Features], Any], items: list[EvalItem], strategies: list[Strategy], latency_budget: float | None, runs_dir: str | Path,
-    testset_path: str | Path, config: RagConfig, judge: Any = None, cache: Any = None, quality: str = "correct", seed: int = 0,
-    baseline: str = "plain", known_chunks: set[str] | None = None, progress: Callable[[str, int, int], None] | None = None,
+    make_rag: Callable[[Features], Any], items: list[EvalItem], strategies: list[Strategy] | SearchSpace, latency_budget: float | None,
+    runs_dir: str | Path, testset_path: str | Path, config: RagConfig, judge: Any = None, cache: Any = None, quality: str = "correct",
+    seed: int = 0, baseline: str = "plain", known_chunks: set[str] | None = None, progress: Callable[[str, int, int], None] | None = None,
+    trials: int = 24,
 ) -> dict[str, Any]:
-    """``progress(what, done, total)`` hears each run start ("tune half: plain") and each question it finishes."""
+    """``strategies``: a list, each run; or a search space, run whole if it has at most ``trials`` points and
+    searched by Optuna otherwise. ``progress(what, done, total)`` hears each run start ("tune half: plain") and
+    each question it finishes."""
     runs_dir = Path(runs_dir)
     tuning, reporting = split_halves(items, seed)
 
@@ -77,22 +111,38 @@ def tune(
         evaluation.execute(rag, judge=judge, cache=cache, progress=(lambda done, total: progress(what, done, total)) if progress else None)
         return {"run": evaluation.meta, "rows": evaluation.rows(), "aggregates": evaluation.summary()["aggregates"]}
 
-    tuned = {s.label: run(s, tuning, "tune") for s in strategies}
-    scored = {name: quality_and_latency(r, quality) for name, r in tuned.items()}
-
     def within(t: float | None) -> bool:
         return t is not None and (latency_budget is None or t <= latency_budget)
+
+    tuned: dict[str, dict[str, Any]] = {}
+    tried: dict[str, Strategy] = {}
+
+    def tried_on_tuning_half(strategy: Strategy) -> tuple[float | None, float | None]:
+        if strategy.label not in tuned:  # a repeated trial reuses the run
+            tuned[strategy.label], tried[strategy.label] = run(strategy, tuning, "tune"), strategy
+        return quality_and_latency(tuned[strategy.label], quality)
+
+    if isinstance(strategies, dict) and space_size(strategies) > trials:
+        search = {"method": "optuna TPE", "space_size": space_size(strategies), "trials": trials, "seed": seed}
+        _optuna_search(strategies, trials, seed, tried_on_tuning_half, within, latency_budget)
+    else:
+        candidates = space_strategies(strategies) if isinstance(strategies, dict) else strategies
+        search = {"method": "exhaustive", "space_size": len(candidates), "trials": len(candidates), "seed": seed}
+        for strategy in candidates:
+            tried_on_tuning_half(strategy)
+    search["strategies_run"] = len(tuned)
+    scored = {name: quality_and_latency(r, quality) for name, r in tuned.items()}
 
     eligible = {name: (q, t) for name, (q, t) in scored.items() if q is not None and within(t)}
     if not eligible:
         raise ValueError(f"no strategy kept p50 latency within {latency_budget} s on the tuning half: {scored}")
     chosen = max(eligible, key=lambda name: (eligible[name][0], -eligible[name][1]))
-    base = next((s for s in strategies if s.label == baseline), Strategy(baseline, "builtin", BUILTIN[baseline]))
-    chosen_strategy = next(s for s in strategies if s.label == chosen)
+    base = tried.get(baseline, Strategy(baseline, "builtin", BUILTIN[baseline]))
+    chosen_strategy = tried[chosen]
     reported_base = run(base, reporting, "report")
     reported_chosen = run(chosen_strategy, reporting, "report") if chosen != base.label else reported_base
     return {
-        "quality": quality, "latency_budget_s": latency_budget, "seed": seed,
+        "quality": quality, "latency_budget_s": latency_budget, "seed": seed, "search": search,
         "halves": {"tuning": len(tuning), "reporting": len(reporting)},
         # each quality says over how many questions (and how many failed), as every aggregate does
         "tuning_half": {name: {quality: q, "n": (tuned[name]["aggregates"].get(quality) or {}).get("n", 0),
@@ -103,3 +153,20 @@ def tune(
         "report_half": compare(reported_base, reported_chosen),
         "baseline": base.label,
     }
+
+
+def _optuna_search(space: SearchSpace, trials: int, seed: int, evaluate: Callable[[Strategy], tuple[float | None, float | None]],
+                   within: Callable[[float | None], bool], latency_budget: float | None) -> None:
+    """``trials`` trials of Optuna's TPE sampler over ``space``, each a strategy run on the tuning half by
+    ``evaluate``; a strategy over the latency budget (or with no latency: every question failed) is infeasible."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line a trial would scroll the progress bars away
+
+    def objective(trial: optuna.Trial) -> float:
+        quality, seconds = evaluate(space_strategy({name: trial.suggest_categorical(name, list(values)) for name, values in space.items()}))
+        over = 1.0 if seconds is None else (0.0 if within(seconds) else seconds - latency_budget)
+        trial.set_constraint("seconds_over_budget", over)  # > 0: infeasible, whatever its quality
+        return quality if quality is not None else 0.0
+
+    optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed)).optimize(objective, n_trials=trials)

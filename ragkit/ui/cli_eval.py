@@ -189,7 +189,7 @@ def cmd_report(args, console) -> int:
 def cmd_tune(args, console) -> int:
     from ragkit.eval.strategies import resolve
     from ragkit.eval.testset import load_testset
-    from ragkit.eval.tune import builtin_space, toggle_space, tune
+    from ragkit.eval.tune import TOGGLES, WIDE, builtin_space, tune
     from ragkit.ui.eval_terminal import tune_group
     from ragkit.llm.cache import LLMCache
     from ragkit.llm.generators import build_chat_generator
@@ -199,8 +199,10 @@ def cmd_tune(args, console) -> int:
     items, problems = load_testset(args.testset)
     index = _index_for(args, console, config)
     llm = build_chat_generator(config.models)
-    if args.strategies == "toggles":
-        candidates = toggle_space()
+    if args.trials < 1:
+        raise ValueError(f"--trials must be at least 1, not {args.trials}")
+    if args.strategies in ("toggles", "wide"):
+        candidates = {"toggles": TOGGLES, "wide": WIDE}[args.strategies]
     elif args.strategies:
         candidates = [resolve(name) for name in args.strategies.split(",")]
     else:
@@ -209,7 +211,8 @@ def cmd_tune(args, console) -> int:
     bars = RunBars(quiet=args.quiet)
     try:
         report = tune(_make_rag(config, index, llm), items, candidates, args.latency_budget, args.runs_dir, args.testset, config,
-                      judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks), progress=bars)
+                      judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks), progress=bars,
+                      trials=args.trials)
     finally:
         bars.close()
     out = Path(args.runs_dir) / "tune.json"
@@ -224,6 +227,8 @@ class RunBars:
     closes the last run's bar when another run starts. A run of 50 questions is minutes of LLM calls; its name
     alone printed nothing until it was over."""
 
+    LONGEST_DESC = 36  # leaves a bar half of 80 columns
+
     def __init__(self, quiet: bool = False):
         self.quiet, self.what, self.bar = quiet, None, None
 
@@ -232,7 +237,12 @@ class RunBars:
 
         if what != self.what:
             self.close()
-            self.what, self.bar = what, tqdm(total=total, initial=done, desc=what, disable=self.quiet)
+            desc = what
+            if len(what) > self.LONGEST_DESC:  # a searched strategy's long name: on its own line, not squeezing the bar to nothing
+                if not self.quiet:
+                    tqdm.write(what, file=sys.stderr)
+                desc = what.split(":")[0]
+            self.what, self.bar = what, tqdm(total=total, initial=done, desc=desc, disable=self.quiet)
         else:
             self.bar.update(done - self.bar.n)
 
@@ -396,7 +406,10 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tune", parents=[common, cache, judged], help="choose a strategy on half the test set, report it on the other half")
     p.add_argument("--testset", required=True)
     p.add_argument("--latency-budget", type=float, help="the most p50 seconds a question may take")
-    p.add_argument("--strategies", help="comma-separated strategy names, or 'toggles' for every combination of hyde/rerank/grading/routing")
+    p.add_argument("--strategies", help="comma-separated strategy names; 'toggles': every combination of hyde/rerank/grading/routing (16); "
+                                        "'wide': those and decompose, self_correction, the retriever and top_k (576)")
+    p.add_argument("--trials", type=int, default=24, help="a search space with more combinations than this is searched by Optuna "
+                                                          "for this many trials instead of run whole (default 24)")
     p.add_argument("--quality", default="correct", help="what to maximise (default correct)")
     p.set_defaults(func=cmd_tune)
 

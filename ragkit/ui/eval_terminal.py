@@ -103,7 +103,7 @@ def tuning_table(report: dict[str, Any]) -> Table:
     whether it was chosen, is on the Pareto front or went over the latency budget — why the choice is what it is."""
     quality = report["quality"]
     table = _table("")  # its title is a line above it: a title wraps at the table's width, narrower than the terminal's
-    table.add_column("strategy", no_wrap=True)
+    table.add_column("strategy", ratio=2, min_width=12)  # a searched strategy's name runs to 60 characters: it folds at its "+"
     table.add_column(quality, justify="right", no_wrap=True)
     table.add_column("p50 s", **NUMBERS)
     table.add_column("", ratio=1, min_width=12)
@@ -117,7 +117,7 @@ def tuning_table(report: dict[str, Any]) -> Table:
         mean = measure_cell({quality: {"mean": entry[quality], "n": entry["n"], "failed": entry["failed"]}}, quality)
         marks = (["chosen"] if name == report["chosen"] else []) + (["Pareto front"] if name in front else []) \
             + ([] if entry["within_budget"] else ["over the budget"])
-        table.add_row(Text(name), Text(mean or "–"), Text(cell_text(entry["p50_s"])),
+        table.add_row(Text(name.replace("+", " + ")), Text(mean or "–"), Text(cell_text(entry["p50_s"])),
                       Text(" · ".join(marks), style="bold" if name == report["chosen"] else ""))
     return table
 
@@ -128,8 +128,11 @@ def tune_group(report: dict[str, Any]) -> Group:
     result, names = report["report_half"], (report["baseline"], report["chosen"])
     budget = report["latency_budget_s"]
     within = f", latency budget {budget:g} s p50" if budget is not None else ""
+    search = report["search"]
+    searched = (f"{search['trials']} trials of Optuna's TPE sampler over {search['space_size']} combinations, {search['strategies_run']} "
+                f"strategies run" if search["method"] != "exhaustive" else f"every one of {search['space_size']} strategies run")
     parts: list[Any] = [Text(f"Tuning half ({report['halves']['tuning']} questions): {report['quality']} and p50 seconds{within}", style="bold"),
-                        tuning_table(report), Text("")]
+                        Text(f"Searched: {searched}."), tuning_table(report), Text("")]
     if names[0] == names[1]:
         parts.append(Text(f"{names[0]} was chosen: it is the baseline, so there is nothing to compare on the reporting half "
                           f"({report['halves']['reporting']} questions)."))
