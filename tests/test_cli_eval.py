@@ -74,6 +74,17 @@ def test_bad_input_gets_one_clear_line(environment, capsys, sample_index_dir):
     assert main(["eval", "--features", "plain", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--dry-run", "--judge-llm", "none"]) == 0
     out = capsys.readouterr().out
     assert "line 2: not JSON" in out and "line 3: no question" in out and "1 of 1 items to ask" in out
+    # ragkit tune says the same of its test set (it said nothing of its bad lines)
+    assert main(["tune", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--strategies", "nope", "--judge-llm", "none"]) == 2
+    said = capsys.readouterr()
+    assert "line 2: not JSON" in said.out and "line 3: no question" in said.out and "no strategy 'nope'" in said.err
+    assert main(["tune", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--trials", "0"]) == 2
+    assert "--trials must be at least 1, not 0" in capsys.readouterr().err
+    # many bad lines: the first 20 named, then how many more
+    (environment / "many.jsonl").write_text('{"question": "Where was Tesla born?", "answers": ["Smiljan"]}\n' + "not json\n" * 25)
+    assert main(["eval", "--features", "plain", "--testset", "many.jsonl", "--index-dir", str(sample_index_dir), "--dry-run", "--judge-llm", "none"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count(": not JSON") == 20 and "line 21: not JSON" in out and "skipped 5 more bad lines of many.jsonl" in out, out
 
     run = environment / "runs" / "plain"
     run.mkdir(parents=True)

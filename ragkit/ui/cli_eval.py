@@ -98,6 +98,21 @@ def _make_rag(config, index, llm):
     return lambda features: AgenticRAG(features, config=config, index=index, chat_generator=llm)
 
 
+def _load_testset(path: str, console) -> list:
+    """The test set's good items; each bad line named with its number and reason (the first 20, then how many more)."""
+    from ragkit.eval.testset import load_testset
+
+    items, problems = load_testset(path)
+    for problem in problems[:SKIPPED_SHOWN]:
+        console.print(f"[yellow]skipped[/] {shown(path)} {shown(problem)}")
+    if len(problems) > SKIPPED_SHOWN:
+        console.print(f"[yellow]skipped[/] {len(problems) - SKIPPED_SHOWN} more bad lines of {shown(path)}")
+    return items
+
+
+SKIPPED_SHOWN = 20
+
+
 def _judge(args, config, llm):
     from dataclasses import replace
 
@@ -127,16 +142,13 @@ def _embed(config):
 def cmd_eval(args, console) -> int:
     from ragkit.eval.runs import EvalRun, RunStopped
     from ragkit.eval.strategies import resolve
-    from ragkit.eval.testset import load_testset
     from ragkit.llm.cache import LLMCache
     from ragkit.llm.generators import build_chat_generator
 
 
     config = config_from_args(args)
     strategy = resolve(args.features)
-    items, problems = load_testset(args.testset)
-    for problem in problems[:20]:
-        console.print(f"[yellow]skipped[/] {shown(args.testset)} {shown(problem)}")
+    items = _load_testset(args.testset, console)
     index = _index_for(args, console, config)
     llm = build_chat_generator(config.models)
     judge = _judge(args, config, llm)
@@ -188,7 +200,6 @@ def cmd_report(args, console) -> int:
 
 def cmd_tune(args, console) -> int:
     from ragkit.eval.strategies import resolve
-    from ragkit.eval.testset import load_testset
     from ragkit.eval.tune import TOGGLES, WIDE, builtin_space, tune
     from ragkit.ui.eval_terminal import tune_group
     from ragkit.llm.cache import LLMCache
@@ -196,11 +207,11 @@ def cmd_tune(args, console) -> int:
 
 
     config = config_from_args(args)
-    items, problems = load_testset(args.testset)
+    if args.trials < 1:  # said before anything loads
+        raise ValueError(f"--trials must be at least 1, not {args.trials}")
+    items = _load_testset(args.testset, console)
     index = _index_for(args, console, config)
     llm = build_chat_generator(config.models)
-    if args.trials < 1:
-        raise ValueError(f"--trials must be at least 1, not {args.trials}")
     if args.strategies in ("toggles", "wide"):
         candidates = {"toggles": TOGGLES, "wide": WIDE}[args.strategies]
     elif args.strategies:
@@ -261,11 +272,10 @@ def cmd_strategies(args, console) -> int:
         added = strategies.add(args.name, args.file)
         console.print(f"added {added.label} ({shown(strategies.folder())})")
         return 0
-    from ragkit.pipeline.features import Features
-
     from rich.table import Table
     from rich.text import Text
 
+    from ragkit.pipeline.features import Features
     from ragkit.ui.text_safety import visible
 
     default = Features().to_dict()
@@ -286,7 +296,6 @@ def cmd_calibrate(args, console) -> int:
     from dataclasses import replace
 
     from ragkit.eval.refit import CALIBRATION_NAME, MIN_ROWS, TooFewItemsError, collect_rows, refit, save_beside_index
-    from ragkit.eval.testset import load_testset
     from ragkit.llm.generators import build_chat_generator
     from ragkit.pipeline.engine import AgenticRAG
     from ragkit.pipeline.features import Features
@@ -296,9 +305,7 @@ def cmd_calibrate(args, console) -> int:
     where = index_location(args, config)
     if "://" in str(where):
         raise ValueError("ragkit calibrate keeps its fit beside a local index folder; a store is not supported yet")
-    items, problems = load_testset(args.testset)
-    for problem in problems:
-        console.print(f"[yellow]skipped[/] {shown(args.testset)} {shown(problem)}")
+    items = _load_testset(args.testset, console)
     answerable = sum(1 for it in items if it.answerable and it.answers)
     if answerable < MIN_ROWS:  # said before any question is asked
         raise TooFewItemsError(f"{shown(args.testset)} has {answerable} answerable questions with an answer; a refit needs at least {MIN_ROWS} "
