@@ -80,6 +80,10 @@ def test_bad_input_gets_one_clear_line(environment, capsys, sample_index_dir):
     assert "line 2: not JSON" in said.out and "line 3: no question" in said.out and "no strategy 'nope'" in said.err
     assert main(["tune", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--trials", "0"]) == 2
     assert "--trials must be at least 1, not 0" in capsys.readouterr().err
+    assert main(["tune", "--testset", "set.jsonl", "--index-dir", str(sample_index_dir), "--strategies", "wide", "--dry-run", "--judge-llm", "none"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "at most 24 strategies (Optuna's TPE over 576 combinations) on the tuning half's" in said and "LLM calls, roughly" in said, said
+    assert not (environment / "runs").exists()  # a dry run asks nothing and writes nothing
     # many bad lines: the first 20 named, then how many more
     (environment / "many.jsonl").write_text('{"question": "Where was Tesla born?", "answers": ["Smiljan"]}\n' + "not json\n" * 25)
     assert main(["eval", "--features", "plain", "--testset", "many.jsonl", "--index-dir", str(sample_index_dir), "--dry-run", "--judge-llm", "none"]) == 0

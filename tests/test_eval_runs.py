@@ -261,3 +261,24 @@ def test_a_space_larger_than_the_trials_is_searched_by_optuna_and_a_small_one_ru
     small = tuned({"hyde": (False, True), "top_k": (3, 5)}, 5, "small")
     assert small["search"]["method"] == "exhaustive" and set(small["tuning_half"]) == {"plain", "top_k=3", "hyde", "hyde+top_k=3"}
     assert calls > 0
+
+
+def test_tune_dry_run_counts_what_tune_then_asks(tmp_path, testset, sample_index):
+    """The plan, before anything runs, against the LLM calls the tuning then made (one answer a question here)."""
+    from ragkit.eval.tune import WIDE, builtin_space, plan_text, tune, tune_plan
+
+    path, items = testset
+    strategies = builtin_space(["plain", "sparse_only", "dense_only"])
+    plan = tune_plan(strategies, items, "qwen2.5-coder-0.5b", known_chunks=set(sample_index.chunks))
+    assert not (tmp_path / "tune").exists()  # nothing written, nothing asked
+    llm = Counting()
+    tune(lambda f: AgenticRAG(f, config=_config(), index=sample_index, chat_generator=llm), items, strategies, latency_budget=60.0,
+         runs_dir=tmp_path / "tune", testset_path=path, config=_config(), known_chunks=set(sample_index.chunks))
+    assert plan["method"] == "exhaustive" and plan["strategies"] == 3 and plan["llm_calls"] == llm.calls, (plan, llm.calls)
+    assert plan["tuning_questions"] + plan["reporting_questions"] == len(items) - 1  # the item whose chunk is gone is not asked
+    judged = tune_plan(strategies, items, "qwen2.5-coder-0.5b", judge="qwen2.5-coder-1.5b (correct_x_likelihood task)", known_chunks=set(sample_index.chunks))
+    assert judged["llm_calls"] == plan["llm_calls"] + 3 * (3 * plan["tuning_questions"] + 2 * plan["reporting_questions"])
+    assert judged["seconds"] > plan["seconds"]
+    searched = tune_plan(WIDE, items, "qwen2.5-coder-0.5b", trials=24)
+    assert searched["method"] == "optuna TPE" and searched["strategies"] == 24 and searched["space_size"] == 576
+    assert "at most 24 strategies (Optuna's TPE over 576 combinations)" in plan_text(searched)

@@ -75,6 +75,23 @@ def estimated_calls(strategy: Strategy, item: EvalItem) -> int:
     return per_part * parts
 
 
+def askable(items: list[EvalItem], known_chunks: set[str] | None) -> list[EvalItem]:
+    """The items a run asks: not those naming a chunk the index no longer holds (counted apart, never scored)."""
+    return [it for it in items if not (it.chunks and known_chunks is not None and not set(it.chunks) <= known_chunks)]
+
+
+def estimated_seconds(model: str, judge: str | None, calls: int, judge_calls: int, seconds_per_call: float | None = None) -> float:
+    """Roughly how long ``calls`` of the pipeline's model and ``judge_calls`` of the judge (its run label) take on 2 cores,
+    each at its model's measured seconds a call (``seconds_per_call``, when given, for both)."""
+    per_call = seconds_per_call or SECONDS_PER_CALL.get(model, max(SECONDS_PER_CALL.values()))
+    per_judge_call = JUDGE_SECONDS_PER_CALL.get(judge_model_of(judge), max(JUDGE_SECONDS_PER_CALL.values())) if judge else 0.0
+    return calls * per_call + judge_calls * (seconds_per_call or per_judge_call)
+
+
+def duration_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 @dataclass
 class Plan:
     items: int
@@ -85,9 +102,8 @@ class Plan:
 
     def text(self) -> str:
         left = self.items - self.already_done
-        took = f"{self.seconds:.0f} s" if self.seconds < 120 else f"{self.seconds / 60:.0f} min"
         return (f"{left} of {self.items} items to ask ({self.already_done} already in the run, {self.skipped_missing_chunks} skipped: their chunks are gone), "
-                f"about {self.llm_calls} LLM calls, roughly {took} on 2 cores")
+                f"about {self.llm_calls} LLM calls, roughly {duration_text(self.seconds)} on 2 cores")
 
 
 @dataclass
@@ -103,8 +119,10 @@ class EvalRun:
              known_chunks: set[str] | None = None, limit: int | None = None, judge_model: str | None = None, chat_generator: Any = None) -> "EvalRun":
         """The run in ``directory``: new, or the one there to resume (refused if it measured something else)."""
         directory = Path(directory)
-        missing = [it.id for it in items if it.chunks and known_chunks is not None and not set(it.chunks) <= known_chunks]
-        kept = [it for it in items if it.id not in set(missing)][:limit]
+        kept = askable(items, known_chunks)
+        asked = {it.id for it in kept}
+        missing = [it.id for it in items if it.id not in asked]
+        kept = kept[:limit]
         meta = {
             "format": RUN_FORMAT, "ragkit_version": __version__, "git_commit": git_commit(),
             "strategy": {"name": strategy.name, "version": strategy.version, "features": strategy.features.to_dict()},
@@ -149,10 +167,8 @@ class EvalRun:
         judge = self.meta["judge_model"]
         judge_calls = calls_per_answer(judge) * len(left)
         calls = sum(estimated_calls(strategy, it) for it in left)
-        per_call = seconds_per_call or SECONDS_PER_CALL.get(self.meta["model"], max(SECONDS_PER_CALL.values()))
-        per_judge_call = JUDGE_SECONDS_PER_CALL.get(judge_model_of(judge), max(JUDGE_SECONDS_PER_CALL.values())) if judge else 0.0
         return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls + judge_calls,
-                    calls * per_call + judge_calls * (seconds_per_call or per_judge_call))
+                    estimated_seconds(self.meta["model"], judge, calls, judge_calls, seconds_per_call))
 
     def _features(self):
         from ragkit.pipeline.features import Features

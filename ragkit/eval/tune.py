@@ -36,7 +36,8 @@ from typing import Any, Callable
 
 from ragkit.config import RagConfig
 from ragkit.eval.compare import compare, pareto_front, quality_and_latency
-from ragkit.eval.runs import EvalRun
+from ragkit.eval.judge import calls_per_answer
+from ragkit.eval.runs import EvalRun, askable, duration_text, estimated_calls, estimated_seconds
 from ragkit.eval.strategies import BUILTIN, Strategy
 from ragkit.eval.testset import EvalItem
 from ragkit.pipeline.features import Features
@@ -170,3 +171,36 @@ def _optuna_search(space: SearchSpace, trials: int, seed: int, evaluate: Callabl
         return quality if quality is not None else 0.0
 
     optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed)).optimize(objective, n_trials=trials)
+
+
+def tune_plan(strategies: list[Strategy] | SearchSpace, items: list[EvalItem], model: str, judge: str | None = None,
+              known_chunks: set[str] | None = None, trials: int = 24, seed: int = 0, baseline: str = "plain") -> dict[str, Any]:
+    """What :func:`tune` would ask, before it asks anything (``ragkit tune --dry-run``): the runs on each half, the
+    LLM calls (the judge's, given its run label, included) and roughly how long, as if from scratch — a resumed
+    tuning reuses its finished rows. The chosen strategy is not known until the tuning half has run, so the
+    reporting half counts the baseline and the mean candidate; an Optuna search counts ``trials`` strategies of
+    its space's mean cost (a repeated trial costs nothing, so that is the most it asks)."""
+    tuning, reporting = (askable(half, known_chunks) for half in split_halves(items, seed))
+    searched = isinstance(strategies, dict) and space_size(strategies) > trials
+    candidates = space_strategies(strategies) if isinstance(strategies, dict) else strategies
+
+    def calls(strategy: Strategy, half: list[EvalItem]) -> int:
+        return sum(estimated_calls(strategy, it) for it in half)
+
+    runs = trials if searched else len(candidates)
+    tuning_calls = (round(trials * sum(calls(s, tuning) for s in candidates) / len(candidates)) if searched
+                    else sum(calls(s, tuning) for s in candidates))
+    base = Strategy(baseline, "builtin", BUILTIN[baseline])
+    reporting_calls = calls(base, reporting) + round(sum(calls(s, reporting) for s in candidates) / len(candidates))
+    judge_calls = calls_per_answer(judge) * (runs * len(tuning) + 2 * len(reporting))
+    return {"method": "optuna TPE" if searched else "exhaustive", "space_size": len(candidates), "strategies": runs,
+            "tuning_questions": len(tuning), "reporting_questions": len(reporting), "llm_calls": tuning_calls + reporting_calls + judge_calls,
+            "seconds": estimated_seconds(model, judge, tuning_calls + reporting_calls, judge_calls)}
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    runs = (f"at most {plan['strategies']} strategies (Optuna's TPE over {plan['space_size']} combinations)" if plan["method"] != "exhaustive"
+            else f"{plan['strategies']} strategies")
+    return (f"{runs} on the tuning half's {plan['tuning_questions']} questions, then the baseline and the chosen one on the "
+            f"reporting half's {plan['reporting_questions']}: about {plan['llm_calls']} LLM calls, roughly {duration_text(plan['seconds'])} on 2 cores "
+            "(as if from scratch: finished rows in the runs folder are reused)")

@@ -200,8 +200,8 @@ def cmd_report(args, console) -> int:
 
 def cmd_tune(args, console) -> int:
     from ragkit.eval.strategies import resolve
-    from ragkit.eval.tune import TOGGLES, WIDE, builtin_space, tune
-    from ragkit.ui.eval_terminal import tune_group
+    from ragkit.eval.tune import TOGGLES, WIDE, builtin_space, plan_text, tune, tune_plan
+    from ragkit.ui.eval_terminal import RunBars, tune_group
     from ragkit.llm.cache import LLMCache
     from ragkit.llm.generators import build_chat_generator
 
@@ -218,11 +218,16 @@ def cmd_tune(args, console) -> int:
         candidates = [resolve(name) for name in args.strategies.split(",")]
     else:
         candidates = builtin_space(["plain", "hyde", "rerank", "grading", "self_correction", "full", "dense_only", "sparse_only"])
+    judge = _judge(args, config, llm)
+    if args.dry_run:
+        console.print(plan_text(tune_plan(candidates, items, config.models.llm, getattr(judge, "label", None), known_chunks=set(index.chunks),
+                                          trials=args.trials)))
+        return 0
     cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
-    bars = RunBars(quiet=args.quiet)
+    bars = RunBars(quiet=args.quiet)  # one progress bar a run
     try:
         report = tune(_make_rag(config, index, llm), items, candidates, args.latency_budget, args.runs_dir, args.testset, config,
-                      judge=_judge(args, config, llm), cache=cache, quality=args.quality, known_chunks=set(index.chunks), progress=bars,
+                      judge=judge, cache=cache, quality=args.quality, known_chunks=set(index.chunks), progress=bars,
                       trials=args.trials)
     finally:
         bars.close()
@@ -231,36 +236,6 @@ def cmd_tune(args, console) -> int:
     console.print(tune_group(report))
     console.print(f"wrote {shown(out)}")
     return 0
-
-
-class RunBars:
-    """One progress bar a run, for a command that runs several in turn (``ragkit tune``): ``bars(what, done, total)``
-    closes the last run's bar when another run starts. A run of 50 questions is minutes of LLM calls; its name
-    alone printed nothing until it was over."""
-
-    LONGEST_DESC = 36  # leaves a bar half of 80 columns
-
-    def __init__(self, quiet: bool = False):
-        self.quiet, self.what, self.bar = quiet, None, None
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        if what != self.what:
-            self.close()
-            desc = what
-            if len(what) > self.LONGEST_DESC:  # a searched strategy's long name: on its own line, not squeezing the bar to nothing
-                if not self.quiet:
-                    tqdm.write(what, file=sys.stderr)
-                desc = what.split(":")[0]
-            self.what, self.bar = what, tqdm(total=total, initial=done, desc=desc, disable=self.quiet)
-        else:
-            self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        self.what, self.bar = None, None
 
 
 def cmd_strategies(args, console) -> int:
@@ -272,22 +247,9 @@ def cmd_strategies(args, console) -> int:
         added = strategies.add(args.name, args.file)
         console.print(f"added {added.label} ({shown(strategies.folder())})")
         return 0
-    from rich.table import Table
-    from rich.text import Text
+    from ragkit.ui.eval_terminal import strategies_table
 
-    from ragkit.pipeline.features import Features
-    from ragkit.ui.text_safety import visible
-
-    default = Features().to_dict()
-    # a table, so a long list of changes folds under its own column at 80 columns, not under the names
-    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), header_style="bold")
-    table.add_column("strategy", no_wrap=True)
-    table.add_column("version", no_wrap=True)
-    table.add_column("what it turns on or sets (the rest as plain RAG)", ratio=1)
-    for strategy in strategies.available():
-        changed = [k if v is True else f"{k}={v}" for k, v in strategy.features.to_dict().items() if v != default[k]] or ["plain RAG"]
-        table.add_row(Text(visible(strategy.label)), Text(visible(strategy.version)), Text(visible(", ".join(changed))))
-    console.print(table)
+    console.print(strategies_table(strategies.available()))
     return 0
 
 
@@ -418,6 +380,7 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=24, help="a search space with more combinations than this is searched by Optuna "
                                                           "for this many trials instead of run whole (default 24)")
     p.add_argument("--quality", default="correct", help="what to maximise (default correct)")
+    p.add_argument("--dry-run", action="store_true", help="say how many runs and LLM calls and roughly how long; ask nothing")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("calibrate", parents=[common], help="refit the confidence on a test set of your documents; kept beside the index")

@@ -1,4 +1,5 @@
-"""What ``ragkit report`` prints in a terminal: the runs' measures and each comparison, laid out for 80 columns.
+"""What the evaluation commands print in a terminal, laid out for 80 columns: ``ragkit report``'s runs and
+comparisons, ``ragkit eval``'s run, ``ragkit tune``'s candidates and progress, ``ragkit strategies list``.
 
 The Markdown report (:func:`ragkit.eval.compare.markdown_report`) has a row a run and a column a measure,
 sixteen columns: right for a file or a pull request, but a terminal 80 columns wide folds each of its
@@ -9,7 +10,7 @@ means, B − A, its interval — and gives the rest of the width to the verdict,
 ``--markdown``). The cells are the ones the Markdown and the notebook show
 (:func:`~ragkit.eval.compare.aggregate_rows`, :func:`~ragkit.eval.compare.comparison_rows`).
 
-Rendering only: a function of runs (:func:`ragkit.eval.runs.load_run`'s dicts) returning a Rich renderable,
+Rendering only (but :class:`RunBars`, tqdm bars a run): a function of runs (:func:`ragkit.eval.runs.load_run`'s dicts) returning a Rich renderable,
 so a test renders them into a console of a fixed width and reads the text.
 
 Usage::
@@ -19,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich import box
@@ -143,3 +145,49 @@ def tune_group(report: dict[str, Any]) -> Group:
             parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
         parts.append(Text(f"{flipped_text(result)}."))
     return Group(*parts)
+
+
+def strategies_table(strategies: list[Any]) -> Table:
+    """``ragkit strategies list``: each strategy's name, version and what it changes from plain RAG; a long list of
+    changes folds under its own column at 80 columns, not under the names."""
+    from ragkit.pipeline.features import Features
+
+    default = Features().to_dict()
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), header_style="bold")
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("what it turns on or sets (the rest as plain RAG)", ratio=1)
+    for strategy in strategies:
+        changed = [k if v is True else f"{k}={v}" for k, v in strategy.features.to_dict().items() if v != default[k]] or ["plain RAG"]
+        table.add_row(Text(visible(strategy.label)), Text(visible(strategy.version)), Text(visible(", ".join(changed))))
+    return table
+
+
+class RunBars:
+    """One progress bar a run, for a command that runs several in turn (``ragkit tune``): ``bars(what, done, total)``
+    closes the last run's bar when another run starts. A run of 50 questions is minutes of LLM calls; its name
+    alone printed nothing until it was over."""
+
+    LONGEST_DESC = 36  # leaves a bar half of 80 columns
+
+    def __init__(self, quiet: bool = False):
+        self.quiet, self.what, self.bar = quiet, None, None
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if what != self.what:
+            self.close()
+            desc = what
+            if len(what) > self.LONGEST_DESC:  # a searched strategy's long name: on its own line, not squeezing the bar to nothing
+                if not self.quiet:
+                    tqdm.write(what, file=sys.stderr)
+                desc = what.split(":")[0]
+            self.what, self.bar = what, tqdm(total=total, initial=done, desc=desc, disable=self.quiet)
+        else:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.what, self.bar = None, None
