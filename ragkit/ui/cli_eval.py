@@ -359,7 +359,7 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("eval", parents=[common, cache, judged], help="run a strategy on a test set: a resumable run folder with every row")
     p.add_argument("--features", required=True, help="a strategy name (ragkit strategies list) or a Features YAML file")
-    p.add_argument("--testset", required=True, help="JSONL or CSV test set")
+    p.add_argument("--testset", required=True, help="JSONL or CSV test set (ragkit testset generate)")
     p.add_argument("--name", help="the run's name (default: the strategy's)")
     p.add_argument("--limit", type=int, help="only the first N items")
     p.add_argument("--dry-run", action="store_true", help="say how many LLM calls and roughly how long; ask nothing")
@@ -373,9 +373,10 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("tune", parents=[common, cache, judged], help="choose a strategy on half the test set, report it on the other half")
-    p.add_argument("--testset", required=True)
+    p.add_argument("--testset", required=True, help="JSONL or CSV test set (ragkit testset generate), split in halves by item")
     p.add_argument("--latency-budget", type=float, help="the most p50 seconds a question may take")
-    p.add_argument("--strategies", help="comma-separated strategy names; 'toggles': every combination of hyde/rerank/grading/routing (16); "
+    p.add_argument("--strategies", help="comma-separated strategy names (default: the built-in plain, hyde, rerank, grading, "
+                                        "self_correction, full, dense_only, sparse_only); 'toggles': every combination of hyde/rerank/grading/routing (16); "
                                         "'wide': those and decompose, self_correction, the retriever and top_k (576)")
     p.add_argument("--trials", type=int, default=24, help="a search space with more combinations than this is searched by Optuna "
                                                           "for this many trials instead of run whole (default 24)")
