@@ -158,12 +158,12 @@ def flipped_text(result: dict[str, Any]) -> str:
     return f"{n} question{'' if n == 1 else 's'} flipped between right and wrong"
 
 
-JUDGED_SCORES_NOTE = ("faithfulness and context relevance are the judge's scores: they rank answers (higher: more often right) "
-                      "but are not probabilities of being right")
+JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores: they rank answers (higher: more often right) "
+                      "but are not probabilities of being right.")
 
 
 def judged_scores_note(runs: list[dict[str, Any]]) -> str | None:
-    """What a report says under the runs' measures when a judge scored them (a mean of 0.4 reads as "wrong" otherwise)."""
+    """The sentence a report says under the runs' measures when a judge scored them (a mean of 0.4 reads as "wrong" otherwise)."""
     return JUDGED_SCORES_NOTE if any(measure_cell(r["aggregates"], m) for r in runs for m in JUDGE) else None
 
 
@@ -187,7 +187,7 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
         lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {cell_text(latency.get('p50'))} | {cell_text(latency.get('p95'))} | "
                      f"{cell_text((agg.get('llm_calls') or {}).get('mean'))} |")
     if note := judged_scores_note(runs):
-        lines += ["", f"{note[0].upper()}{note[1:]}."]
+        lines += ["", note]
     front = pareto_front(runs, quality)
     lines += ["", f"Pareto front ({quality} vs p50 latency): {', '.join(front) or '–'}."]
     for name, run in zip(names[1:], runs[1:]):

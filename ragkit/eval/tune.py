@@ -80,11 +80,6 @@ def space_strategies(space: SearchSpace) -> list[Strategy]:
     return [space_strategy(dict(zip(space, values))) for values in itertools.product(*space.values())]
 
 
-def toggle_space(toggles: tuple[str, ...] = tuple(TOGGLES)) -> list[Strategy]:
-    """Every on/off combination of ``toggles`` on plain RAG, named by what is on."""
-    return space_strategies({name: (False, True) for name in toggles})
-
-
 def builtin_space(names: list[str] | None = None) -> list[Strategy]:
     return [Strategy(n, "builtin", BUILTIN[n]) for n in (names or list(BUILTIN))]
 
@@ -138,6 +133,10 @@ def tune(
     if not eligible:
         raise ValueError(f"no strategy kept p50 latency within {latency_budget} s on the tuning half: {scored}")
     chosen = max(eligible, key=lambda name: (eligible[name][0], -eligible[name][1]))
+
+    def tuning_entry(name: str, q: float | None, t: float | None) -> dict[str, Any]:
+        measured = tuned[name]["aggregates"].get(quality) or {}  # each quality says over how many questions, as every aggregate does
+        return {quality: q, "n": measured.get("n", 0), "failed": measured.get("failed", 0), "p50_s": t, "within_budget": within(t)}
     base = tried.get(baseline, Strategy(baseline, "builtin", BUILTIN[baseline]))
     chosen_strategy = tried[chosen]
     reported_base = run(base, reporting, "report")
@@ -145,10 +144,7 @@ def tune(
     return {
         "quality": quality, "latency_budget_s": latency_budget, "seed": seed, "search": search,
         "halves": {"tuning": len(tuning), "reporting": len(reporting)},
-        # each quality says over how many questions (and how many failed), as every aggregate does
-        "tuning_half": {name: {quality: q, "n": (tuned[name]["aggregates"].get(quality) or {}).get("n", 0),
-                               "failed": (tuned[name]["aggregates"].get(quality) or {}).get("failed", 0), "p50_s": t, "within_budget": within(t)}
-                        for name, (q, t) in scored.items()},
+        "tuning_half": {name: tuning_entry(name, q, t) for name, (q, t) in scored.items()},
         "pareto_front": pareto_front(list(tuned.values()), quality),
         "chosen": chosen,
         "report_half": compare(reported_base, reported_chosen),

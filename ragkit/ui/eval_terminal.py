@@ -69,7 +69,7 @@ def comparison_table(result: dict[str, Any], names: tuple[str, str]) -> Table:
 
 def _judged_note(runs: list[dict[str, Any]]) -> list[Text]:
     note = judged_scores_note(runs)
-    return [Text(f"{note[0].upper()}{note[1:]}.", style="dim")] if note else []
+    return [Text(note, style="dim")] if note else []
 
 
 def run_summary(run: dict[str, Any], where: str) -> Group:
@@ -92,12 +92,16 @@ def report_group(runs: list[dict[str, Any]], quality: str = "correct") -> Group:
         Text(f"Pareto front ({quality} vs p50 latency): {', '.join(pareto_front(runs, quality)) or '–'}"),
     ]
     for name, run in zip(names[1:], runs[1:]):
-        result = compare(runs[0], run)
-        parts += [Text(""), comparison_table(result, (names[0], name))]
-        if note := not_compared_note(result):
-            parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
-        parts.append(Text(f"{flipped_text(result)} (notebook 09 shows each, with both answers)."))
+        parts += [Text(""), *_comparison_parts(compare(runs[0], run), (names[0], name), " (notebook 09 shows each, with both answers).")]
     return Group(*parts)
+
+
+def _comparison_parts(result: dict[str, Any], names: tuple[str, str], flipped_tail: str = ".") -> list[Any]:
+    """One comparison as a report shows it: the table, what was left out and why, how many questions flipped."""
+    parts: list[Any] = [comparison_table(result, names)]
+    if note := not_compared_note(result):
+        parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
+    return parts + [Text(f"{flipped_text(result)}{flipped_tail}")]
 
 
 def tuning_table(report: dict[str, Any]) -> Table:
@@ -140,10 +144,7 @@ def tune_group(report: dict[str, Any]) -> Group:
                           f"({report['halves']['reporting']} questions)."))
     else:
         parts += [Text(f"On the reporting half ({report['halves']['reporting']} questions), the figures to believe:", style="bold"),
-                  comparison_table(result, names)]
-        if note := not_compared_note(result):
-            parts.append(Text(f"{note}, whose scores are on different scales.", style="dim"))
-        parts.append(Text(f"{flipped_text(result)}."))
+                  *_comparison_parts(result, names)]
     return Group(*parts)
 
 

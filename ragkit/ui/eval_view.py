@@ -47,7 +47,7 @@ def aggregates_html(runs: list[dict[str, Any]]) -> str:
     """Each run's aggregates, a measure a row and a run a column: ten measures side by side would run
     past the notebook at laptop width, while runs compared are few."""
     note = judged_scores_note(runs)  # as ragkit report says it
-    note = f"<div style='{NOTE_STYLE}'>{html_text(note[0].upper() + note[1:])}.</div>" if note else ""
+    note = f"<div style='{NOTE_STYLE}'>{html_text(note)}</div>" if note else ""
     return table_html(aggregate_rows(runs, MEASURES)) + note
 
 
