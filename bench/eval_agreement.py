@@ -65,11 +65,11 @@ from statistics import mean
 import sys
 import time
 
-from scipy.stats import kendalltau
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
 from ragkit.config import ModelConfig, RagConfig
+from ragkit.eval.agreement import agreement as shared_agreement, split_half
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
 from ragkit.eval.generate import generate_testset
@@ -93,33 +93,12 @@ BOOTSTRAP = 1000
 FIRST_REAL_DRAW = 120  # the real set of the first committed runs; a larger --real keeps it and adds to it
 
 
-def tau(scores_a: dict[str, float], scores_b: dict[str, float]) -> float:
-    names = sorted(scores_a)
-    value = kendalltau([scores_a[n] for n in names], [scores_b[n] for n in names]).statistic
-    return float(value) if value == value else 0.0  # all tied on one side: no agreement to speak of
-
-
-def score_table(rows: dict[str, list[dict]], measure: str, keep) -> tuple[list[str], dict[str, list[float]]]:
-    """The items every strategy scored on ``measure`` (those ``keep`` accepts), and each strategy's values in that order."""
-    by_id = {name: {r["id"]: r for r in strategy_rows} for name, strategy_rows in rows.items()}
-    ids = sorted(set.intersection(*({i for i, r in table.items() if keep(r) and r.get(measure) is not None} for table in by_id.values())))
-    return ids, {name: [float(by_id[name][i][measure]) for i in ids] for name in rows}
-
-
 def agreement(generated: dict[str, list[dict]], real: dict[str, list[dict]], measure: str, keep_generated) -> dict:
-    """Kendall's tau-b between the strategies' means on the two sets, with a paired bootstrap 95% interval."""
-    gen_ids, gen = score_table(generated, measure, keep_generated)
-    real_ids, rea = score_table(real, measure, lambda r: True)
-    point = tau({n: mean(v) for n, v in gen.items()}, {n: mean(v) for n, v in rea.items()})
-    rng, draws = random.Random(SEED), []
-    for _ in range(BOOTSTRAP):
-        g = [rng.randrange(len(gen_ids)) for _ in gen_ids]
-        r = [rng.randrange(len(real_ids)) for _ in real_ids]
-        draws.append(tau({n: mean(v[i] for i in g) for n, v in gen.items()}, {n: mean(v[i] for i in r) for n, v in rea.items()}))
-    draws.sort()
-    return {"tau": round(point, 4), "interval95": [round(draws[int(0.025 * BOOTSTRAP)], 4), round(draws[int(0.975 * BOOTSTRAP) - 1], 4)],
-            "n_generated": len(gen_ids), "n_real": len(real_ids),
-            "generated": {n: round(mean(v), 4) for n, v in gen.items()}, "real": {n: round(mean(v), 4) for n, v in rea.items()}}
+    """Kendall's tau-b between the strategies' means on the two sets, with a paired bootstrap 95% interval
+    (:func:`ragkit.eval.agreement.agreement`, which ``ragkit agreement`` reads too), named for this script's two sets."""
+    figures = shared_agreement(generated, real, measure, keep_generated, lambda r: True, seed=SEED, samples=BOOTSTRAP)
+    return {"tau": figures["tau"], "interval95": figures["interval95"], "n_generated": figures["n_first"], "n_real": figures["n_second"],
+            "generated": figures["first"], "real": figures["second"]}
 
 
 def sampled_paragraphs(set_name: str, paragraphs: int) -> tuple[list, list[str]]:
@@ -140,19 +119,6 @@ def real_questions(set_name: str, paragraph_ids: set[str], n: int) -> list:
     return first + random.Random(SEED + 1).sample(rest, min(n - FIRST_REAL_DRAW, len(rest)))
 
 
-def split_half(rows: dict[str, list[dict]], measure: str, keep, splits: int = BOOTSTRAP) -> dict:
-    """Tau-b between the rankings of two random halves of one set's questions: median and 5-95 % over ``splits``."""
-    ids, values = score_table(rows, measure, keep)
-    rng, taus, half = random.Random(SEED), [], len(ids) // 2
-    positions = list(range(len(ids)))
-    for _ in range(splits):
-        rng.shuffle(positions)
-        a, b = positions[:half], positions[half:2 * half]
-        taus.append(tau({n: mean(v[i] for i in a) for n, v in values.items()}, {n: mean(v[i] for i in b) for n, v in values.items()}))
-    taus.sort()
-    return {"median": round(taus[splits // 2], 4), "range90": [round(taus[int(0.05 * splits)], 4), round(taus[int(0.95 * splits) - 1], 4)], "half": half}
-
-
 def judged_answers(rows: list[dict]) -> list[tuple[float, bool, str]]:
     """(the judge's faithfulness, right by the gold answers, question id) of every answer the judge scored."""
     return [(r["faithfulness"], bool(r["correct"]), r["id"]) for r in rows if r.get("faithfulness") is not None and r.get("correct") is not None]
@@ -168,7 +134,8 @@ def agreement_figures(rows: dict[str, dict[str, list[dict]]]) -> dict:
         "agreements": agreements,
         "kendall_tau": {name: a["tau"] for name, a in agreements.items()},
         "kendall_tau_interval95": {name: a["interval95"] for name, a in agreements.items()},
-        "split_half_tau": {name: {"generated": split_half(rows["generated"], measure, keep), "real": split_half(rows["real"], measure, lambda r: True)}
+        "split_half_tau": {name: {"generated": split_half(rows["generated"], measure, keep, seed=SEED, splits=BOOTSTRAP),
+                                 "real": split_half(rows["real"], measure, lambda r: True, seed=SEED, splits=BOOTSTRAP)}
                            for name, (measure, keep) in keeps.items() if name != "answer_with_unanswerable"},
         "judge_auc": round(roc_auc([p for p, _, _ in judged], [y for _, y, _ in judged]), 4) if judged else None,
         "judge_n": len(judged),

@@ -61,6 +61,27 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
     assert main(["report", "runs/plain", "runs/sparse_only"]) == 0  # not a terminal (captured): the same Markdown, printed
     assert capsys.readouterr().out.strip() == text.strip()
 
+    # the user's own labelled questions (CSV, with the file each is about): does the generated set rank the strategies alike?
+    (environment / "mine.csv").write_text(
+        "question,answers,source\n"
+        "Who built the Bell Rock Lighthouse?,Robert Stevenson,lighthouse.md\n"
+        "How tall is the Bell Rock Lighthouse?,35 metres,lighthouse.md\n"
+        "Who designed the Caledonian Canal?,Thomas Telford,canal.md\n"
+        "When did the Caledonian Canal open?,1822,canal.md\n")
+    assert main(["eval", "--features", "dense_only", "--testset", "set.jsonl", "--judge-llm", "none", "--quiet", *common]) == 0
+    for strategy in ("plain", "sparse_only", "dense_only"):
+        assert main(["eval", "--features", strategy, "--testset", "mine.csv", "--name", f"mine-{strategy}", "--judge-llm", "none", "--quiet", *common]) == 0
+    capsys.readouterr()
+    runs = ["runs/plain", "runs/sparse_only", "runs/dense_only", "runs/mine-plain", "runs/mine-sparse_only", "runs/mine-dense_only"]
+    assert main(["agreement", *runs, "--json", "agreement.json"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    figures = json.loads((environment / "agreement.json").read_text())
+    assert figures["testsets"] == {"first": "mine.csv", "second": "set.jsonl"} and figures["strategies"] == ["dense_only", "plain", "sparse_only"]
+    for measure in ("retrieval", "answer"):  # every figure said in words, none of them NaN
+        verdict = figures["measures"][measure]["verdict"]
+        assert verdict[:1].upper() + verdict[1:] + "." in said
+        assert figures["measures"][measure]["n_first"] == 4 or verdict.startswith("no ")
+
 
 def test_bad_input_gets_one_clear_line(environment, capsys, sample_index_dir):
     empty = environment / "empty"

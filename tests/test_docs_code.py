@@ -1,7 +1,7 @@
 """Every code block of the README and of docs/*.md runs as written, so a page cannot publish a failing line.
 
 * ``python`` blocks: a page's blocks run in order in one fresh interpreter, in a work folder that holds a
-  copy of ``sample_docs/`` and its index at ``.ragkit/index`` (what the README's first block builds), with
+  copy of ``sample_docs/``, ``examples/`` and sample_docs' index at ``.ragkit/index`` (what the README's first block builds), with
   the 0.5B model (``RAGKIT_LLM``), as a reader following the page would.
 * ``bash`` blocks: each command line runs in such a folder, in order; ``.venv/bin/`` is this
   interpreter's. A server (``ragkit serve``, ``jupyter lab``) is started, must answer HTTP, and is stopped
@@ -54,6 +54,7 @@ def reader_env(**extra: str) -> dict[str, str]:
 @pytest.fixture
 def work(tmp_path, sample_index_dir) -> Path:
     shutil.copytree(REPO / "sample_docs", tmp_path / "sample_docs")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")  # a reader's clone has them: the labelled sample questions
     shutil.copytree(sample_index_dir, tmp_path / ".ragkit" / "index")
     return tmp_path
 

@@ -79,6 +79,32 @@ def test_a_run_records_what_it_measured_and_skips_items_whose_chunks_are_gone(tm
     assert load_run(tmp_path / "runs" / "plain")["aggregates"] == summary["aggregates"]
 
 
+def test_a_labelled_question_that_names_only_its_file_is_scored_on_retrieval_at_that_grain(tmp_path, sample_index):
+    """A user's own CSV names the file a question is about, not a chunk: its retrieval is measured against that file
+    (by its path, or by a name only one file of the index ends in); a file the index lacks is a counted failure."""
+    from ragkit.eval.testset import load_testset
+
+    (tmp_path / "mine.csv").write_text("question,answers,source\n"
+                                       "Where was Nikola Tesla born?,Smiljan,wikipedia/Nikola_Tesla.md\n"
+                                       "Who won Super Bowl 50?,Denver Broncos,Super_Bowl_50.md\n"
+                                       "What is the capital of Mars?,Olympus,no_such_file.md\n", encoding="utf-8")
+    items, problems = load_testset(tmp_path / "mine.csv")
+    assert not problems and [i.source for i in items][:2] == ["wikipedia/Nikola_Tesla.md", "Super_Bowl_50.md"]
+    llm = Counting()
+    run = EvalRun.open(tmp_path / "runs" / "mine", resolve("plain"), _config(), tmp_path / "mine.csv", items,
+                       known_chunks=set(sample_index.chunks), chat_generator=llm)
+    summary = run.execute(rag_for(sample_index, llm))
+    rows = {r["question"]: r for r in run.rows()}
+    tesla, bowl, mars = (rows[i.question] for i in items)
+    assert tesla["gold_source"] == "wikipedia/Nikola_Tesla.md" and bowl["gold_source"] == "wikipedia/Super_Bowl_50.md"
+    files = {cid: doc.meta["source"] for cid, doc in sample_index.chunks.items()}
+    for row in (tesla, bowl):
+        first = next(rank for rank, f in enumerate(dict.fromkeys(files[c] for c in row["sources"]), 1) if f == row["gold_source"])
+        assert row["mrr"] == round(1 / first, 4) and row["recall@k"] == 1.0  # the hybrid retriever finds these files
+    assert mars.get("mrr") is None and {"metric": "retrieval", "reason": "its source 'no_such_file.md' is not one file of this index"} in mars["failures"]
+    assert summary["aggregates"]["mrr"] == {"mean": round((tesla["mrr"] + bowl["mrr"]) / 2, 4), "n": 2, "failed": 1}
+
+
 def test_the_plan_counts_the_calls_of_the_judge_the_run_records(tmp_path, testset, sample_index):
     path, items = testset
     calls = {}

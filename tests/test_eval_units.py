@@ -89,6 +89,19 @@ def test_a_multi_item_joins_two_questions_about_different_chunks():
 
 
 # -- scores, never NaN -----------------------------------------------------------------------------
+def test_a_labelled_items_file_is_found_by_its_path_or_a_name_one_file_ends_in():
+    from ragkit.eval.scoring import gold_files, source_retrieval_scores
+
+    chunk_files = {"c1": "docs/a.md", "c2": "docs/a.md", "c3": "docs/b.md", "c4": "old/b.md", "c5": "c.md"}
+    assert gold_files("docs/a.md", chunk_files) == {"docs/a.md"} and gold_files("a.md", chunk_files) == {"docs/a.md"}
+    assert gold_files("docs\\a.md", chunk_files) == {"docs/a.md"}  # a Windows path in the user's CSV
+    assert gold_files("b.md", chunk_files) == set() and gold_files("z.md", chunk_files) == set()  # two files end in b.md: ambiguous
+    # the file ranks among the distinct files the sources came from: c1, c2 (a.md), c5, c3 -> b.md is the third file
+    scores = source_retrieval_scores(["c1", "c2", "c5", "c3"], {"docs/b.md"}, chunk_files, k=3)
+    assert scores == pytest.approx({"recall@k": 0.0, "mrr": 1 / 3, "ndcg": 1 / math.log2(4)})
+    assert source_retrieval_scores(["c1", "c2", "c5", "c3"], {"docs/a.md"}, chunk_files, k=1) == pytest.approx({"recall@k": 1.0, "mrr": 1.0, "ndcg": 1.0})
+
+
 def test_retrieval_scores_against_the_source_chunks():
     assert retrieval_scores(["a", "b", "c"], ["b"], k=2) == pytest.approx({"recall@k": 1.0, "mrr": 0.5, "ndcg": 1 / math.log2(3)})
     assert retrieval_scores(["a", "b", "c"], ["c"], k=2)["recall@k"] == 0.0

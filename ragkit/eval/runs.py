@@ -182,6 +182,8 @@ class EvalRun:
         _write_atomically(self.directory / "run.json", self.meta)
         k = rag.features.top_k
         known = set(rag.index.chunks) if getattr(rag, "index", None) is not None else None
+        # each chunk's file, for items that name only the file they are about (a user's own labelled questions)
+        chunk_files = {cid: (doc.meta or {}).get("source") for cid, doc in rag.index.chunks.items()} if known is not None else None
         with open(self.directory / "rows.jsonl", "a", encoding="utf-8") as out:
             for item in self.items:
                 if item.id in self.done:
@@ -191,7 +193,7 @@ class EvalRun:
                 reset_prompt_cache(getattr(rag, "chat_generator", None))
                 with llm_cache(cache):
                     result = rag.ask(item.question)
-                    row = score_item(item, result, k, judge=judge, embed=embed, known_chunks=known)
+                    row = score_item(item, result, k, judge=judge, embed=embed, known_chunks=known, chunk_sources=chunk_files)
                 try:
                     out.write(json.dumps(row, ensure_ascii=False) + "\n")
                     out.flush()

@@ -5,7 +5,10 @@ Per item (:func:`score_item`):
 * retrieval against the chunks the item came from: recall@k, MRR and nDCG of the sources that reached
   the answer (after reranking, grading, a fallback or a hop: what each strategy changes), with
   Haystack's ``DocumentRecallEvaluator`` / ``DocumentMRREvaluator`` / ``DocumentNDCGEvaluator`` comparing
-  document ids; the ``retrieve`` step's own list is kept in the row too;
+  document ids; the ``retrieve`` step's own list is kept in the row too. An item that names only the
+  ``source`` file it is about (a user's own labelled question) is scored at that grain
+  (:func:`source_retrieval_scores`): MRR and nDCG of the file among the distinct files the sources came
+  from, recall@k whether one of the first k sources is from it;
 * the answer against its gold answers: SQuAD EM and token F1 (:mod:`ragkit.eval.metrics`), semantic
   similarity (the embedder's cosine), ``correct`` (F1 ≥ 0.5; for an unanswerable item: it declined);
   a declined answerable item is a false decline;
@@ -57,6 +60,26 @@ def retrieval_scores(retrieved: list[str], gold: list[str], k: int) -> dict[str,
     }
 
 
+def gold_files(source: str, chunk_sources: dict[str, str | None]) -> set[str]:
+    """The index's files a labelled item's ``source`` names: the file of that path, or else the one file whose
+    path ends in it (a user writes ``manual.pdf`` for ``docs/manual.pdf``); several such files: none, it is ambiguous."""
+    files = {f for f in chunk_sources.values() if f}
+    wanted = source.replace("\\", "/").strip("/")
+    if wanted in files:
+        return {wanted}
+    ending = {f for f in files if f.endswith("/" + wanted)}
+    return ending if len(ending) == 1 else set()
+
+
+def source_retrieval_scores(sources: list[str], files: set[str], chunk_sources: dict[str, str | None], k: int) -> dict[str, float]:
+    """Retrieval at the grain of a labelled item's file: MRR and nDCG of the file among the distinct files of
+    ``sources`` (in the order their first chunk came), recall@k: one of the first k sources is from it."""
+    in_order = list(dict.fromkeys(chunk_sources.get(c) or c for c in sources))
+    scores = retrieval_scores(in_order, sorted(files), len(in_order) or 1)
+    scores["recall@k"] = float(any(chunk_sources.get(c) in files for c in sources[:k]))
+    return scores
+
+
 def part_f1(answer: str, item: EvalItem) -> float:
     """A multi item: each part's gold against the answer line that scores best for it (a line that
     repeats the part's question, as a decomposed answer does, is scored without it), averaged."""
@@ -78,8 +101,10 @@ def answer_scores(item: EvalItem, answer: str, declined: bool) -> dict[str, Any]
     return {"em": 0.0 if declined else exact_match(answer, item.answers), "f1": f1, "correct": float(f1 >= CORRECT_F1), "false_decline": float(declined)}
 
 
-def score_item(item: EvalItem, result: Any, k: int, judge: Any = None, embed: Any = None, known_chunks: set[str] | None = None) -> dict[str, Any]:
-    """One row: the item, what the pipeline answered, every measure or the reason it is missing."""
+def score_item(item: EvalItem, result: Any, k: int, judge: Any = None, embed: Any = None, known_chunks: set[str] | None = None,
+               chunk_sources: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """One row: the item, what the pipeline answered, every measure or the reason it is missing.
+    ``chunk_sources`` (each index chunk's file) lets an item that names only its ``source`` file be scored."""
     failures: list[dict[str, str]] = []
     retrieve = result.trace.step("retrieve")
     retrieved = [doc_id for doc_id, _ in retrieve.docs_out] if retrieve else [d.id for d in result.sources]
@@ -95,10 +120,17 @@ def score_item(item: EvalItem, result: Any, k: int, judge: Any = None, embed: An
         "llm_calls": result.trace.llm_calls, "prompt_tokens": result.trace.prompt_tokens_evaluated, "cache_hits": result.trace.cache_hits,
     }
     gold = [c for c in item.chunks if known_chunks is None or c in known_chunks]
+    files = gold_files(item.source, chunk_sources) if item.source and not item.chunks and chunk_sources is not None else set()
     if gold:
         row.update({m: round(v, 4) for m, v in retrieval_scores(row["sources"], gold, k).items()})
+    elif files:
+        row["gold_source"] = sorted(files)[0]
+        row.update({m: round(v, 4) for m, v in source_retrieval_scores(row["sources"], files, chunk_sources, k).items()})
     elif item.answerable:
-        failures.append({"metric": "retrieval", "reason": "the item names no chunk of this index" if not item.chunks else "its chunks are no longer in the index"})
+        reason = ("its chunks are no longer in the index" if item.chunks else
+                  f"its source {item.source!r} is not one file of this index" if item.source and chunk_sources is not None else
+                  "the item names no chunk of this index")
+        failures.append({"metric": "retrieval", "reason": reason})
     if result.failed:
         failures.append({"metric": "answer", "reason": f"the pipeline failed: {result.error or result.exit_reason}"})
     else:

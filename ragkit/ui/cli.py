@@ -14,6 +14,7 @@ from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
 from ragkit.ui.cli_common import Interrupted, index_location, live_version, quiet_model_loading, shown
 from ragkit.ui.cli_common import forget_interrupt_seen_in_c_code as _forget_interrupt_seen_in_c_code
+from ragkit.ui.cli_agreement import add_agreement_command
 from ragkit.ui.cli_eval import add_eval_commands
 from ragkit.ui.cli_serve import add_serve_commands
 
@@ -340,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)
     add_eval_commands(sub, common)  # testset, eval, report, tune, strategies
+    add_agreement_command(sub)
     return parser
 
 

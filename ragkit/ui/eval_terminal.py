@@ -1,5 +1,6 @@
 """What the evaluation commands print in a terminal, laid out for 80 columns: ``ragkit report``'s runs and
-comparisons, ``ragkit eval``'s run, ``ragkit tune``'s candidates and progress, ``ragkit strategies list``.
+comparisons, ``ragkit eval``'s run, ``ragkit tune``'s candidates and progress, ``ragkit agreement``'s rankings,
+``ragkit strategies list``.
 
 The Markdown report (:func:`ragkit.eval.compare.markdown_report`) has a row a run and a column a measure,
 sixteen columns: right for a file or a pull request, but a terminal 80 columns wide folds each of its
@@ -145,6 +146,42 @@ def tune_group(report: dict[str, Any]) -> Group:
     else:
         parts += [Text(f"On the reporting half ({report['halves']['reporting']} questions), the figures to believe:", style="bold"),
                   *_comparison_parts(result, names)]
+    return Group(*parts)
+
+
+def _ranked(means: dict[str, float]) -> dict[str, str]:
+    """'0.722 #2': a strategy's mean and its rank on that set (tied means share a rank)."""
+    return {n: f"{v:.3f} #{1 + sum(1 for m in means.values() if m > v)}" for n, v in means.items()}
+
+
+MEASURE_TITLES = {"retrieval": "Retrieval: MRR against each question's source (its chunks, or its file)", "answer": "Answers: share right"}
+
+
+def agreement_group(result: dict[str, Any]) -> Group:
+    """What ``ragkit agreement`` prints: per measure, each strategy's mean and rank on both test sets, the tau between the
+    rankings with its interval, each set's agreement with itself, and the verdict in words."""
+    names = result["testsets"]["first"], result["testsets"]["second"]
+    parts: list[Any] = [Text.assemble(("ragkit agreement: ", "bold"), f"do {visible(names[0])} and {visible(names[1])} rank the strategies alike?")]
+    if result["left_out"]:
+        parts.append(Text(f"Left out (run on one test set only): {visible(', '.join(result['left_out']))}", style="dim"))
+    for measure, figures in result["measures"].items():
+        parts += [Text(""), Text(MEASURE_TITLES.get(measure, measure), style="bold")]
+        if figures["tau"] is not None:
+            table = _table("")
+            table.add_column("strategy", ratio=1, min_width=12)
+            for name in names:
+                table.add_column(Text(visible(name)), justify="right", ratio=1, min_width=12)
+            cells = [_ranked(figures[side]) for side in ("first", "second")]
+            for strategy in result["strategies"]:
+                table.add_row(Text(visible(strategy)), *(Text(side.get(strategy, "–")) for side in cells))
+            low, high = figures["interval95"]
+            halves = [f"{name} {h['median']:+.2f} (90% of splits {h['range90'][0]:+.2f} to {h['range90'][1]:+.2f}, halves of {h['half']}"
+                      + (f"; a half ties every strategy in {h['tied']:.0%} of splits" if h.get("tied") else "") + ")"
+                      for name, h in zip(names, (figures["split_half"]["first"], figures["split_half"]["second"])) if h]
+            parts += [table, Text(f"τ {figures['tau']:+.2f}, 95% interval {low:+.2f} to {high:+.2f}, over {figures['n_first']} and {figures['n_second']} items"),
+                      Text(f"Each set against itself (split-half τ): {'; '.join(halves)}", style="dim")]
+        verdict = visible(figures["verdict"])  # it names the test sets' files
+        parts.append(Text(verdict[:1].upper() + verdict[1:] + ".", style="bold"))  # capitalize() would lower a file's name
     return Group(*parts)
 
 
