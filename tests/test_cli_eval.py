@@ -68,14 +68,18 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
         "How tall is the Bell Rock Lighthouse?,35 metres,lighthouse.md\n"
         "Who designed the Caledonian Canal?,Thomas Telford,canal.md\n"
         "When did the Caledonian Canal open?,1822,canal.md\n")
-    assert main(["eval", "--features", "dense_only", "--testset", "set.jsonl", "--judge-llm", "none", "--quiet", *common]) == 0
-    for strategy in ("plain", "sparse_only", "dense_only"):
-        assert main(["eval", "--features", strategy, "--testset", "mine.csv", "--name", f"mine-{strategy}", "--judge-llm", "none", "--quiet", *common]) == 0
     capsys.readouterr()
-    runs = ["runs/plain", "runs/sparse_only", "runs/dense_only", "runs/mine-plain", "runs/mine-sparse_only", "runs/mine-dense_only"]
-    assert main(["agreement", *runs, "--json", "agreement.json"]) == 0
+    strategies = ["--strategies", "plain,sparse_only,dense_only", "--quiet"]
+    assert main(["agreement", "--testsets", "set.jsonl", "mine.csv", *strategies, "--dry-run", *common]) == 0
+    assert "6 runs under runs: " in " ".join(capsys.readouterr().out.split()) and not list((environment / "runs").glob("mine-*"))
+    assert main(["agreement", "--testsets", "set.jsonl", "mine.csv", *strategies, "--json", "agreement.json", *common]) == 0
     said = " ".join(capsys.readouterr().out.split())
     figures = json.loads((environment / "agreement.json").read_text())
+    [generated] = (environment / "runs").glob("set-*")
+    answers = [[r["answer"] for r in map(json.loads, (folder / "rows.jsonl").read_text().splitlines())] for folder in (generated / "plain", environment / "runs" / "plain")]
+    assert answers[0] == answers[1]  # plain again on set.jsonl, in its own folder: the same answers, from the LLM-reply cache
+    assert main(["agreement", *map(str, (environment / "runs").glob("*-*/*")), "--json", "again.json"]) == 0  # the same runs, read back
+    assert json.loads((environment / "again.json").read_text()) == figures
     assert figures["testsets"] == {"first": "mine.csv", "second": "set.jsonl"} and figures["strategies"] == ["dense_only", "plain", "sparse_only"]
     for measure in ("retrieval", "answer"):  # every figure said in words, none of them NaN
         verdict = figures["measures"][measure]["verdict"]

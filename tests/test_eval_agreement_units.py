@@ -115,3 +115,43 @@ def test_ragkit_agreement_reads_run_folders_and_writes_its_figures(tmp_path, cap
     assert json.loads((tmp_path / "agreement.json").read_text())["measures"]["answer"]["tau"] == 1.0
     assert main(["agreement", *folders[:5]]) == 2  # one test set: one clear line, no traceback
     assert "an agreement needs runs on exactly two" in capsys.readouterr().err
+
+
+def test_the_runs_made_for_an_agreement_go_one_folder_a_test_set_and_refuse_what_cannot_rank(tmp_path):
+    from ragkit.eval.agreement import run_folders
+    from ragkit.eval.strategies import resolve
+
+    gen, mine, copy = tmp_path / "set.jsonl", tmp_path / "mine.csv", tmp_path / "again.jsonl"
+    gen.write_text('{"question": "q?", "answers": ["a"]}\n')
+    mine.write_text("question,answers\nq?,b\n")
+    copy.write_bytes(gen.read_bytes())
+    three = [resolve(name) for name in ("plain", "rerank", "sparse_only")]
+    folders = run_folders([gen, mine], three, tmp_path / "runs")
+    assert [f.relative_to(tmp_path / "runs").parts for f in folders] == [
+        (f"{stem}-{sha}", name) for stem, sha in (("set", _sha(gen)), ("mine", _sha(mine))) for name in ("plain", "rerank", "sparse_only")]
+    (tmp_path / "features.yaml").write_text("rerank: true\n")  # a Features file is labelled by its stem, as its runs are
+    assert run_folders([gen, mine], [*three[:2], resolve(tmp_path / "features.yaml")], "runs")[2].name == "features"
+    for testsets, strategies, said in (([gen, copy], three, "hold the same bytes"), ([gen, mine], three[:2], "2 strategies given; a ranking needs at least 3"),
+                                       ([gen, mine], [*three, three[0]], "plain named twice"), ([gen], three, "needs two test sets, not 1")):
+        with pytest.raises(ValueError, match=said):
+            run_folders(testsets, strategies, "runs")
+
+
+def _sha(path) -> str:
+    from ragkit.eval.testset import testset_sha256
+
+    return testset_sha256(path)[:8]
+
+
+def test_ragkit_agreement_on_test_sets_refuses_before_loading_anything(tmp_path, capsys):
+    from ragkit.ui.cli import main
+
+    gen = tmp_path / "set.jsonl"
+    gen.write_text('{"question": "q?", "answers": ["a"]}\n')
+    missing_index = ["--index-dir", str(tmp_path / "no-index")]  # a refusal after loading would say there is no index instead
+    for argv, said in ((["--testsets", str(gen), str(gen)], "hold the same bytes"), (["--testsets", str(gen), str(gen), "runs/plain"], "not both"),
+                       ([], "give the run folders to compare, or --testsets A B"), (["--testsets", str(gen), str(tmp_path / "x.csv"), "--strategies",
+                                                                                         "plain,nope,rerank"], "no strategy 'nope'")):
+        assert main(["agreement", *argv, *missing_index]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -26,6 +26,9 @@ Usage::
 
     result = ranking_agreement([load_run(p) for p in ["runs/gen-plain", "runs/gen-hyde", "runs/mine-plain", "runs/mine-hyde", ...]])
     result["measures"]["retrieval"]["tau"], result["measures"]["retrieval"]["verdict"]
+
+    # or the runs made for it (``ragkit agreement --testsets gen.jsonl mine.csv``): opened here, asked by the caller
+    runs = agreement_runs([("gen.jsonl", gen_items), ("mine.csv", my_items)], [resolve(n) for n in ("plain", "rerank", "sparse_only")], "runs", config)
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from typing import Any, Callable
 from scipy.stats import kendalltau
 
 from ragkit.eval.compare import label
+from ragkit.eval.runs import EvalRun
+from ragkit.eval.strategies import Strategy
+from ragkit.eval.testset import EvalItem, testset_sha256
 
 Rows = dict[str, list[dict[str, Any]]]  # strategy label -> its run's rows
 BOOTSTRAP = 1000
@@ -179,3 +185,32 @@ def ranking_agreement(runs: list[dict[str, Any]], seed: int = SEED) -> dict[str,
             figures["verdict"] = verdict(figures, names)
         measures[measure] = figures
     return {"testsets": {"first": names[0], "second": names[1]}, "strategies": common, "left_out": left_out, "measures": measures}
+
+
+
+def run_folders(testset_paths: list[str | Path], strategies: list[Strategy], runs_dir: str | Path) -> list[Path]:
+    """Where each strategy's run on each of the two test sets goes, ``runs_dir/<test set's file stem>-<its sha256's
+    first 8 hex>/<strategy>`` (test set by test set): an edited test set starts new runs instead of being refused
+    as another one, and two files of one name do not share folders. Refused (before anything loads) unless there
+    are two different test sets and at least three strategies, each once."""
+    if len(testset_paths) != 2:
+        raise ValueError(f"an agreement needs two test sets, not {len(testset_paths)}")
+    hashes = [testset_sha256(path) for path in testset_paths]
+    if hashes[0] == hashes[1]:
+        raise ValueError(f"{testset_paths[0]} and {testset_paths[1]} hold the same bytes; an agreement needs two different test sets")
+    names = [strategy.name if strategy.version in ("builtin", "file") else strategy.label for strategy in strategies]  # as runs are labelled
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} named twice; give each strategy once")
+    if len(names) < MIN_STRATEGIES:
+        raise ValueError(f"{len(names)} strateg{'y' if len(names) == 1 else 'ies'} given; a ranking needs at least {MIN_STRATEGIES}")
+    return [Path(runs_dir) / f"{Path(path).stem}-{sha[:8]}" / name for path, sha in zip(testset_paths, hashes) for name in names]
+
+
+def agreement_runs(testsets: list[tuple[str | Path, list[EvalItem]]], strategies: list[Strategy], runs_dir: str | Path, config: Any,
+                   known_chunks: set[str] | None = None, limit: int | None = None, chat_generator: Any = None) -> list[EvalRun]:
+    """Each strategy's run on each of the two test sets (in :func:`run_folders`' folders and order), opened — new, or
+    resumed where a stopped command left it — but not asked: the caller asks them (``EvalRun.execute``)."""
+    folders = iter(run_folders([path for path, _ in testsets], strategies, runs_dir))
+    return [EvalRun.open(next(folders), strategy, config, path, items, known_chunks=known_chunks, limit=limit, chat_generator=chat_generator)
+            for path, items in testsets for strategy in strategies]

@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", parents=[common], help="show the configured models and what the index holds")
     p.set_defaults(func=cmd_info)
     add_eval_commands(sub, common)  # testset, eval, report, tune, strategies
-    add_agreement_command(sub)
+    add_agreement_command(sub, common)
     return parser
 
 

@@ -7,6 +7,9 @@ than obeyed, so a file name or an answer cannot clear the screen or fake output.
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from ragkit.config import RagConfig
 from ragkit.ui.text_safety import terminal_text as shown  # noqa: F401  (the commands import it from here)
 
@@ -32,6 +35,21 @@ def config_from_args(args) -> RagConfig:
 def index_location(args, config: RagConfig) -> str:
     """Where the command's index lives: ``--store`` / ``RAGKIT_STORE`` / the config's ``store`` URL, else ``--index-dir``."""
     return config.store or args.index_dir
+
+
+def default_cache_path() -> Path:
+    from ragkit.llm.models import cache_dir
+
+    return cache_dir() / "llm_cache.sqlite"
+
+
+def cache_options() -> argparse.ArgumentParser:
+    """The LLM-reply cache and progress flags of the commands that ask the LLM many questions (a parent parser)."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--cache", help=f"LLM-reply cache file (default {default_cache_path()})")
+    options.add_argument("--no-cache", action="store_true", help="ask the LLM every time")
+    options.add_argument("--quiet", action="store_true", help="no progress bar")
+    return options
 
 
 class Interrupted(KeyboardInterrupt):

@@ -18,12 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ragkit.llm.models import cache_dir
-from ragkit.ui.cli_common import config_from_args, index_location, shown
-
-
-def default_cache_path() -> Path:
-    return cache_dir() / "llm_cache.sqlite"
+from ragkit.ui.cli_common import cache_options, config_from_args, default_cache_path, index_location, shown
 
 
 def _index_for(args, console, config):
@@ -336,10 +331,7 @@ def _share(b: dict) -> str:
 
 
 def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    cache = argparse.ArgumentParser(add_help=False)
-    cache.add_argument("--cache", help=f"LLM-reply cache file (default {default_cache_path()})")
-    cache.add_argument("--no-cache", action="store_true", help="ask the LLM every time")
-    cache.add_argument("--quiet", action="store_true", help="no progress bar")
+    cache = cache_options()
 
     testset = sub.add_parser("testset", help="test sets from your own documents").add_subparsers(dest="testset_command", required=True)
     p = testset.add_parser("generate", parents=[common, cache], help="generate questions from a folder of documents or an index")
