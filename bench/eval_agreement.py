@@ -1,6 +1,7 @@
 """Does a generated test set rank strategies the way real questions do? (issue 29's acceptance figure)
 
-For a SQuAD set (``squad_dev`` or ``new_wiki``): every paragraph of the set is indexed (one chunk each —
+For a SQuAD set (``squad_dev``, ``new_wiki``, or any file in SQuAD v1.1's format — a held-out set is checked
+the same way, its figures filed under its file name): every paragraph of the set is indexed (one chunk each —
 a user's folder holds far more chunks than any test set asks about, and with only the sampled
 paragraphs indexed every retriever finds nearly everything, so the strategies differ by noise);
 ``ragkit.eval.generate`` writes a test set from a seeded sample of those paragraphs with the local LLM;
@@ -27,6 +28,7 @@ choice is made from this script's figures.
     .venv/bin/python bench/eval_agreement.py --set squad_dev --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 120
     .venv/bin/python bench/eval_agreement.py --set squad_dev --rescore   # the figures again from the finished runs' rows
+    .venv/bin/python bench/eval_agreement.py --set held_out.json.gz --paragraphs 300 --generated 120 --real 120   # -> sets["held_out"]
     -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 
 ``--real`` above 120 keeps the first runs' 120 real questions and adds a second seeded draw from the
@@ -77,7 +79,7 @@ from ragkit.eval.judge import DEFAULT_TASK, FAITHFULNESS_TASKS, LocalJudge
 from ragkit.eval.metrics import holds_gold_answer
 from ragkit.eval.runs import EvalRun, load_run
 from ragkit.eval.strategies import resolve
-from ragkit.eval.testset import SQUAD_FILES, load_testset, save_testset, squad_testset
+from ragkit.eval.testset import SQUAD_FILES, load_testset, save_testset, squad_file, squad_set_name, squad_testset
 from ragkit.llm.aligned_reuse import DEFAULT_BLOCK
 from ragkit.llm.cache import LLMCache, llm_cache
 from ragkit.llm.generators import build_chat_generator
@@ -101,21 +103,24 @@ def agreement(generated: dict[str, list[dict]], real: dict[str, list[dict]], mea
             "generated": figures["first"], "real": figures["second"]}
 
 
-def sampled_paragraphs(set_name: str, paragraphs: int) -> tuple[list, list[str]]:
-    """Every paragraph of the set (all are indexed) and the seeded sample the test sets are drawn from."""
-    docs, _ = load_squad_corpus(ROOT / "data" / "squad" / SQUAD_FILES[set_name])
+def sampled_paragraphs(set_spec: str, paragraphs: int) -> tuple[list, list[str]]:
+    """Every paragraph of the set (all are indexed) and the seeded sample the test sets are drawn from
+    (``set_spec``: a shipped set's name or a SQuAD-format file, :func:`ragkit.eval.testset.squad_file`)."""
+    docs, _ = load_squad_corpus(squad_file(set_spec))
+    if paragraphs > len(docs):
+        raise ValueError(f"--paragraphs {paragraphs}: {set_spec} has {len(docs)} paragraphs")
     return docs, sorted(random.Random(SEED).sample([d.id for d in docs], paragraphs))
 
 
-def real_questions(set_name: str, paragraph_ids: set[str], n: int) -> list:
+def real_questions(set_spec: str, paragraph_ids: set[str], n: int) -> list:
     """The real SQuAD questions of the sampled paragraphs: the first runs' seeded draw of ``FIRST_REAL_DRAW``, then
     (for a larger ``n``) a second seeded draw from the rest. A larger set holds the smaller one, so its questions'
     answers come from the LLM cache and only the added questions cost LLM calls."""
-    first = squad_testset(set_name, paragraph_ids=paragraph_ids, n=min(n, FIRST_REAL_DRAW), seed=SEED)
+    first = squad_testset(set_spec, paragraph_ids=paragraph_ids, n=min(n, FIRST_REAL_DRAW), seed=SEED)
     if n <= FIRST_REAL_DRAW:
         return first
     taken = {item.id for item in first}
-    rest = [item for item in squad_testset(set_name, paragraph_ids=paragraph_ids) if item.id not in taken]
+    rest = [item for item in squad_testset(set_spec, paragraph_ids=paragraph_ids) if item.id not in taken]
     return first + random.Random(SEED + 1).sample(rest, min(n - FIRST_REAL_DRAW, len(rest)))
 
 
@@ -175,12 +180,12 @@ def judged_folder(set_name: str, real: int, task: str = "correct"):
     return CACHE / "eval_agreement" / (f"{set_name}-judged-{real}" + ("" if task == "correct" else f"-{task}")) / "real-plain"
 
 
-def rescore_judge(set_name: str, real: int) -> int:
+def rescore_judge(set_spec: str, real: int) -> int:
     """``larger_judge`` again from its run's rows (zero LLM calls)."""
-    data = json.loads(OUT.read_text())
+    data, set_name = json.loads(OUT.read_text()), squad_set_name(set_spec)
     stored = data["sets"][set_name]["larger_judge"]
-    _, chosen = sampled_paragraphs(set_name, data["sets"][set_name]["paragraphs"])
-    first = {item.id for item in real_questions(set_name, set(chosen), FIRST_REAL_DRAW)}
+    _, chosen = sampled_paragraphs(set_spec, data["sets"][set_name]["paragraphs"])
+    first = {item.id for item in real_questions(set_spec, set(chosen), FIRST_REAL_DRAW)}
     folder = judged_folder(set_name, real, stored.get("judge_task", "correct"))
     figures = judge_figures(load_run(folder)["rows"], first)
     changed = {k: (stored[k], v) for k, v in figures.items() if k in stored and stored[k] != v}
@@ -194,9 +199,9 @@ def rescore_judge(set_name: str, real: int) -> int:
     return 0
 
 
-def rescore(set_name: str, real: int) -> int:
+def rescore(set_spec: str, real: int) -> int:
     """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
-    data = json.loads(OUT.read_text())
+    data, set_name = json.loads(OUT.read_text()), squad_set_name(set_spec)
     entry = data["sets"][set_name]
     larger = real > FIRST_REAL_DRAW
     stored = entry["larger_real"] if larger else entry
@@ -209,7 +214,7 @@ def rescore(set_name: str, real: int) -> int:
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
     unstored = {"agreements", "judge_auc", "judge_n"} if larger else {"agreements"}  # the larger set is not judged
     stored.update({k: v for k, v in figures.items() if k not in unstored})
-    stored["rescore_command"] = f"python bench/eval_agreement.py --set {set_name}{f' --real {real}' if larger else ''} --rescore"
+    stored["rescore_command"] = f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if larger else ''} --rescore"
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: stored.get(k) for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
     return 0
@@ -217,7 +222,8 @@ def rescore(set_name: str, real: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--set", choices=sorted(SQUAD_FILES), required=True)
+    parser.add_argument("--set", required=True, help=f"{' or '.join(sorted(SQUAD_FILES))}, or a SQuAD v1.1-format .json/.json.gz file "
+                                                      "(a held-out set; its figures are filed under its file name)")
     parser.add_argument("--paragraphs", type=int, default=300)
     parser.add_argument("--generated", type=int, default=120, help="generated items to ask for")
     parser.add_argument("--real", type=int, default=120, help="real SQuAD questions of the same paragraphs")
@@ -228,14 +234,22 @@ def main() -> int:
     parser.add_argument("--rescore", action="store_true", help="recompute the figures from the finished runs of --set (no LLM call)")
     parser.add_argument("--judge-only", action="store_true", help="only plain's answers to the --real questions (above 120), every one judged: the judge's AUC on a larger set")
     args = parser.parse_args()
+    try:
+        squad_file(args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.spec, args.set = args.set, squad_set_name(args.set)  # read from the spec; figures, runs and sets filed under the name
     if args.judge_only and args.real <= FIRST_REAL_DRAW:
         parser.error(f"--judge-only measures a larger real set than the first {FIRST_REAL_DRAW}, whose judge the full run already reads")
     if args.rescore:
-        return rescore_judge(args.set, args.real) if args.judge_only else rescore(args.set, args.real)
+        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
-    docs, chosen = sampled_paragraphs(args.set, args.paragraphs)
+    try:
+        docs, chosen = sampled_paragraphs(args.spec, args.paragraphs)
+    except ValueError as exc:
+        parser.error(str(exc))
     index = index_documents(docs, CACHE / f"{args.set}_index_all-MiniLM-L6-v2")
     config = RagConfig(models=ModelConfig(llm=args.model))
     llm = build_chat_generator(config.models)
@@ -254,7 +268,7 @@ def main() -> int:
     larger = args.real > FIRST_REAL_DRAW
     real_path = SETS_DIR / (f"{args.set}.real{args.real}.jsonl" if larger else f"{args.set}.real.jsonl")
     if not real_path.exists() or len(load_testset(real_path)[0]) != args.real:
-        save_testset(real_questions(args.set, set(chosen), args.real), real_path)
+        save_testset(real_questions(args.spec, set(chosen), args.real), real_path)
 
     judge_llm = build_chat_generator(ModelConfig(llm=args.judge_model))
     judge = LocalJudge(judge_llm, task=args.judge_task, model_name=args.judge_model)
@@ -328,7 +342,7 @@ def judge_larger(args, config: RagConfig, index, llm, judge: LocalJudge, cache: 
                        known_chunks=set(index.chunks), judge_model=judge.label, chat_generator=llm)
     rows_before = len(run.rows())  # a resumed run: its seconds are only this invocation's
     run.execute(AgenticRAG(plain.features, config=config, index=index, chat_generator=llm), judge=judge, cache=cache)
-    first = {item.id for item in real_questions(args.set, chosen, FIRST_REAL_DRAW)}
+    first = {item.id for item in real_questions(args.spec, chosen, FIRST_REAL_DRAW)}
     figures = judge_figures(run.rows(), first) | {
         "real_questions": len(items), "judge_model": args.judge_model, "judge_task": args.judge_task, "model": args.model,
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1)}

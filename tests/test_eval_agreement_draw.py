@@ -44,6 +44,33 @@ def test_each_committed_larger_real_set_is_the_scripts_own_draw(agreement):
         assert [item.id for item in load_testset(path)[0]] == drawn, path.name
 
 
+
+def test_a_held_out_set_in_squad_format_is_drawn_as_the_shipped_ones_and_filed_under_its_name(agreement, tmp_path, monkeypatch):
+    import gzip
+    import json
+    import sys
+
+    from ragkit.eval.testset import squad_set_name
+
+    paragraphs = [{"context": f"The tower {p} was built in {1800 + p}.", "qas": [{"id": f"p{p}q{q}", "question": f"When was tower {p} built ({q})?",
+                                                                                   "answers": [{"text": str(1800 + p), "answer_start": 0}]} for q in range(3)]}
+                  for p in range(6)]
+    held_out = tmp_path / "held_out.json.gz"
+    with gzip.open(held_out, "wt", encoding="utf-8") as fh:
+        json.dump({"version": "1.1", "data": [{"title": "Towers", "paragraphs": paragraphs}]}, fh)
+    assert squad_set_name(str(held_out)) == "held_out" and squad_set_name("new_wiki") == "new_wiki"
+    docs, chosen = agreement.sampled_paragraphs(str(held_out), 4)
+    assert len(docs) == 6 and len(chosen) == 4 and agreement.sampled_paragraphs(str(held_out), 4)[1] == chosen  # seeded
+    real = agreement.real_questions(str(held_out), set(chosen), 5)
+    assert len(real) == 5 and all(item.chunks[0] in chosen and item.kind == "squad" for item in real)
+    with pytest.raises(ValueError, match="--paragraphs 7: .*held_out.json.gz has 6 paragraphs"):
+        agreement.sampled_paragraphs(str(held_out), 7)
+    for wrong in ("squad_train", str(tmp_path / "missing.json")):  # said by the parser, before anything loads
+        monkeypatch.setattr(sys, "argv", ["eval_agreement.py", "--set", wrong])
+        with pytest.raises(SystemExit) as stopped:
+            agreement.main()
+        assert stopped.value.code == 2
+
 def synthetic_rows(order: list[str], items: int = 40, prefix: str = "q") -> dict[str, list[dict]]:
     """Rows where the strategies in ``order`` are worse to better by the same step on every question (MRR and answers)."""
     rows = {}

@@ -9,7 +9,7 @@ One format for every source, one JSON object a line:
 * the user's own labelled questions, JSONL or CSV (:func:`load_testset`): ``question``, optional
   ``answers`` (a list, or one string; ``|`` separates several in CSV), optional ``source`` (a file of the
   index) or ``chunks`` / ``chunk_id``;
-* SQuAD v1.1 dev and SQuAD-Shifts new_wiki as shipped in ``data/squad/`` (:func:`squad_testset`).
+* SQuAD v1.1 dev and SQuAD-Shifts new_wiki as shipped in ``data/squad/``, or any file in SQuAD v1.1's format (:func:`squad_testset`).
 
 A bad line never costs the good ones: :func:`load_testset` keeps every item it can read and says, per
 bad line, its number and what is wrong with it. An item's ``id`` is stable (a hash of its question and
@@ -156,17 +156,33 @@ def testset_sha256(path: str | Path) -> str:
 SQUAD_FILES = {"squad_dev": "squaddev_v1.1.json.gz", "new_wiki": "new_wiki_v1.0.json.gz"}
 
 
-def squad_testset(name: str, paragraph_ids: set[str] | None = None, n: int | None = None, seed: int = 0,
+def squad_file(spec: str | Path, data_dir: str | Path | None = None) -> Path:
+    """A shipped SQuAD set's file (``squad_dev``, ``new_wiki``; in ``data_dir``, by default the repository's
+    ``data/squad/``), or ``spec`` itself when it is a file in SQuAD v1.1's format (``.json`` or ``.json.gz``):
+    a held-out set is read exactly as the shipped ones are."""
+    if str(spec) in SQUAD_FILES:
+        return (Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "data" / "squad") / SQUAD_FILES[str(spec)]
+    if Path(spec).is_file() and (str(spec).endswith(".json") or str(spec).endswith(".json.gz")):
+        return Path(spec)
+    raise ValueError(f"{spec}: neither a shipped SQuAD set ({', '.join(sorted(SQUAD_FILES))}) nor a SQuAD v1.1-format .json or .json.gz file")
+
+
+def squad_set_name(spec: str | Path) -> str:
+    """What a set's figures are filed under: a shipped set's name, or a file's name without ``.json``/``.json.gz``."""
+    return str(spec) if str(spec) in SQUAD_FILES else Path(spec).name.removesuffix(".gz").removesuffix(".json")
+
+
+def squad_testset(name: str | Path, paragraph_ids: set[str] | None = None, n: int | None = None, seed: int = 0,
                   data_dir: str | Path | None = None) -> list[EvalItem]:
-    """Questions of a shipped SQuAD set as items (``kind="squad"``, the paragraph's id as the chunk:
-    ``ragkit.eval.experiment_sets.index_documents`` indexes one chunk per paragraph under that id);
-    ``paragraph_ids`` keeps those paragraphs' questions, ``n`` a seeded sample."""
+    """Questions of a SQuAD set (:func:`squad_file`: a shipped one's name, or a SQuAD-format file) as items
+    (``kind="squad"``, the paragraph's id as the chunk: ``ragkit.eval.experiment_sets.index_documents``
+    indexes one chunk per paragraph under that id); ``paragraph_ids`` keeps those paragraphs' questions,
+    ``n`` a seeded sample."""
     import random
 
     from ragkit.eval.experiment_sets import load_squad_corpus
 
-    folder = Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "data" / "squad"
-    _, questions = load_squad_corpus(folder / SQUAD_FILES[name])
+    _, questions = load_squad_corpus(squad_file(name, data_dir))
     items = [EvalItem(question=q["question"], answers=q["answers"], kind="squad", chunks=[q["doc_id"]], meta={"title": q["title"]}, id=q["id"])
              for q in questions if paragraph_ids is None or q["doc_id"] in paragraph_ids]
     if n is not None and n < len(items):
