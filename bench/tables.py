@@ -433,14 +433,15 @@ def agreement_table(d: dict) -> str:
             same = judged and judged["real_questions"] == larger["real_questions"]
             lines.append(row(f"{name}, {larger['real_questions']} real questions", e, larger,
                              larger_judge_cell(judged) + other_task(e, judged) if same else f"– (judged on the {e['real_questions']})", judged["judge_model"].split("-")[-1] if same else "–"))
-    strategies = next(iter(d["sets"].values()))["strategies"]
+    strategies = list(dict.fromkeys(s for e in d["sets"].values() for s in e["strategies"]))  # a held-out set may run fewer
     lines += ["", "| set | questions | " + " | ".join(strategies) + " |", "|" + " --- |" * (len(strategies) + 2)]
     for name, e in d["sets"].items():
         sets = [("generated", e["per_strategy"]["generated"]), ("real", e["per_strategy"]["real"])]
         if larger := e.get("larger_real"):
             sets.append((f"real, {larger['real_questions']}", larger["per_strategy"]["real"]))
         for which, per in sets:
-            lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" for s in strategies) + " |")
+            lines.append(f"| {name} | {which}: MRR / right | " + " | ".join(f"{per[s]['mrr']:.2f} / {per[s]['correct']:.2f}" if s in per else "–"
+                                                                         for s in strategies) + " |")
     commands = ", ".join(f"`{command}`" for e in d["sets"].values()
                          for command in [e["command"]] + [e[part]["command"] for part in ("larger_real", "larger_judge") if e.get(part)])
     lines += ["", "Strategies ranked on each test set; τ is Kendall's tau-b between the two rankings, its interval a paired bootstrap over "

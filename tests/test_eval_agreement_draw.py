@@ -106,6 +106,24 @@ def test_the_agreement_table_shows_a_larger_real_set_beside_the_first(agreement)
     assert "`python bench/eval_agreement.py --set new_wiki --real 480`" in table
 
 
+
+def test_the_agreement_table_shows_a_held_out_set_that_ran_fewer_strategies(agreement):
+    import json
+
+    with bench_module("tables") as tables:
+        data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+        three = ["plain", "rerank", "sparse_only"]
+        held_out = json.loads(json.dumps(data["sets"]["new_wiki"]))
+        held_out.pop("larger_real"), held_out.pop("larger_judge")
+        held_out |= {"strategies": three, "command": "python bench/eval_agreement.py --set held_out.json.gz --strategies plain,rerank,sparse_only",
+                     "per_strategy": {which: {s: per[s] for s in three} for which, per in held_out["per_strategy"].items()}}
+        data["sets"]["held_out"] = held_out
+        table = tables.agreement_table(data)
+    assert "| held_out | 3 |" in table
+    real = held_out["per_strategy"]["real"]
+    assert (f"| held_out | real: MRR / right | {real['plain']['mrr']:.2f} / {real['plain']['correct']:.2f} | – | "
+            f"{real['rerank']['mrr']:.2f} / {real['rerank']['correct']:.2f} | – |") in table  # hyde and grading: not run on it
+
 def test_the_judge_on_a_larger_set_reports_its_interval_its_failures_and_the_first_draw_again(agreement):
     rows = [{"id": f"q{j}", "correct": j % 2 == 0, "faithfulness": 0.9 if j % 2 == 0 else 0.1} for j in range(40)]
     rows += [{"id": "failed", "correct": True, "faithfulness": None}]  # a judge reply that did not parse: counted, not scored
