@@ -151,7 +151,8 @@ def test_ragkit_agreement_on_test_sets_refuses_before_loading_anything(tmp_path,
     missing_index = ["--index-dir", str(tmp_path / "no-index")]  # a refusal after loading would say there is no index instead
     for argv, said in ((["--testsets", str(gen), str(gen)], "hold the same bytes"), (["--testsets", str(gen), str(gen), "runs/plain"], "not both"),
                        ([], "give the run folders to compare, or --testsets A B"), (["--testsets", str(gen), str(tmp_path / "x.csv"), "--strategies",
-                                                                                         "plain,nope,rerank"], "no strategy 'nope'")):
+                                                                                         "plain,nope,rerank"], "no strategy 'nope'"),
+                       (["--testsets", str(gen), str(tmp_path / "x.csv")], "cannot read the test set")):
         assert main(["agreement", *argv, *missing_index]) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

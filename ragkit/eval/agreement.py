@@ -187,7 +187,6 @@ def ranking_agreement(runs: list[dict[str, Any]], seed: int = SEED) -> dict[str,
     return {"testsets": {"first": names[0], "second": names[1]}, "strategies": common, "left_out": left_out, "measures": measures}
 
 
-
 def run_folders(testset_paths: list[str | Path], strategies: list[Strategy], runs_dir: str | Path) -> list[Path]:
     """Where each strategy's run on each of the two test sets goes, ``runs_dir/<test set's file stem>-<its sha256's
     first 8 hex>/<strategy>`` (test set by test set): an edited test set starts new runs instead of being refused

@@ -66,8 +66,8 @@ def _run_on_both(args, console) -> list[dict[str, Any]] | None:
 
     config = config_from_args(args)
     strategies = [resolve(name.strip()) for name in args.strategies.split(",") if name.strip()]
-    run_folders(args.testsets, strategies, args.runs_dir)  # refused before anything loads: the same set twice, too few strategies
-    testsets = [(path, _load_testset(path, console)) for path in args.testsets]
+    testsets = [(path, _load_testset(path, console)) for path in args.testsets]  # an unreadable file: one line, before anything loads
+    run_folders(args.testsets, strategies, args.runs_dir)  # so are the same set twice and too few strategies
     index = _index_for(args, console, config)
     llm = build_chat_generator(config.models)
     runs = agreement_runs(testsets, strategies, args.runs_dir, config, known_chunks=set(index.chunks), limit=args.limit, chat_generator=llm)

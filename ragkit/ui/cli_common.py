@@ -1,4 +1,4 @@
-"""What every ``ragkit`` command shares: the config its flags make, and one way to print user text.
+"""What the ``ragkit`` commands share: the config their flags make, the LLM-reply cache flags, and one way to print user text.
 
 :func:`shown` is :func:`ragkit.ui.text_safety.terminal_text`, the escaping every command applies to user
 and document text: rich markup escaped, control characters and bidi overrides shown (``\\x1b``) rather
