@@ -42,7 +42,7 @@ from scipy.stats import kendalltau
 
 from ragkit.eval.compare import label
 from ragkit.eval.runs import EvalRun
-from ragkit.eval.strategies import Strategy
+from ragkit.eval.strategies import Strategy, run_label
 from ragkit.eval.testset import EvalItem, testset_sha256
 
 Rows = dict[str, list[dict[str, Any]]]  # strategy label -> its run's rows
@@ -197,7 +197,7 @@ def run_folders(testset_paths: list[str | Path], strategies: list[Strategy], run
     hashes = [testset_sha256(path) for path in testset_paths]
     if hashes[0] == hashes[1]:
         raise ValueError(f"{testset_paths[0]} and {testset_paths[1]} hold the same bytes; an agreement needs two different test sets")
-    names = [strategy.name if strategy.version in ("builtin", "file") else strategy.label for strategy in strategies]  # as runs are labelled
+    names = [run_label(strategy.name, strategy.version) for strategy in strategies]  # as ranking_agreement groups runs
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise ValueError(f"{', '.join(twice)} named twice; give each strategy once")

@@ -29,6 +29,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from ragkit.eval.scoring import JUDGE
+from ragkit.eval.strategies import run_label
 
 MEASURES = ("recall@k", "mrr", "ndcg", "em", "f1", "semantic_similarity", "correct", "faithfulness", "context_relevance",
             "correct_decline", "false_decline", "seconds", "llm_calls")
@@ -92,7 +93,7 @@ def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
 
 def label(run: dict[str, Any]) -> str:
     strategy = run["run"]["strategy"]
-    return strategy["name"] if strategy["version"] in ("builtin", "file") else f"{strategy['name']}@{strategy['version']}"
+    return run_label(strategy["name"], strategy["version"])
 
 
 def quality_and_latency(run: dict[str, Any], quality: str = "correct") -> tuple[float | None, float | None]:

@@ -50,6 +50,12 @@ class Strategy:
         return self.name if self.version == "builtin" else f"{self.name}@{self.version}"
 
 
+def run_label(name: str, version: str) -> str:
+    """How a strategy's runs are labelled in reports: its name, with ``@N`` only for a stored version
+    (a built-in strategy or a Features file goes by its name)."""
+    return name if version in ("builtin", "file") else f"{name}@{version}"
+
+
 def folder() -> Path:
     return Path(os.environ.get("RAGKIT_STRATEGIES") or Path.home() / ".local" / "share" / "ragkit" / "strategies")
 

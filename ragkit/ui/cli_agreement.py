@@ -71,10 +71,10 @@ def _run_on_both(args, console) -> list[dict[str, Any]] | None:
     index = _index_for(args, console, config)
     llm = build_chat_generator(config.models)
     runs = agreement_runs(testsets, strategies, args.runs_dir, config, known_chunks=set(index.chunks), limit=args.limit, chat_generator=llm)
-    for path, _ in testsets:
-        missing = next(run.missing_chunks for run in runs if run.meta["testset"]["path"] == str(path))
-        if missing:
-            console.print(f"[yellow]{shown(path)}: {len(missing)} items name chunks that are no longer in the index:[/] they are skipped")
+    for first in runs[::len(strategies)]:  # a test set's first run: every strategy skips the same items
+        if first.missing_chunks:
+            console.print(f"[yellow]{shown(first.meta['testset']['path'])}: {len(first.missing_chunks)} items name chunks that are no longer "
+                          "in the index:[/] they are skipped")
     plans: list[Plan] = [run.plan() for run in runs]
     items, done = sum(p.items for p in plans), sum(p.already_done for p in plans)
     console.print(f"{len(strategies)} strategies on each test set, {len(runs)} runs under {shown(args.runs_dir)}: {items - done} of {items} "
