@@ -24,6 +24,21 @@ def test_index_then_info(tmp_path, capsys, monkeypatch):
     assert "wikipedia" not in capsys.readouterr().err
 
 
+def test_index_names_the_files_it_did_not_read(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.rst").write_text("Install\n=======\n\nRun pyenv install to build a Python version.\n")
+    (docs / "broken.md").write_bytes(b"\x00binary")
+    (docs / "logo.png").write_bytes(b"\x89PNG")
+    (docs / "a.py").write_text("x = 1\n")
+    (docs / "b.py").write_text("x = 2\n")
+    for extra, done in (([], "Indexed 1 file(s)"), (["--dry-run"], "would index 0 file(s)")):
+        assert main(["index", str(docs), "--index-dir", str(tmp_path / "idx"), "--quiet", *extra]) == 0
+        out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
+        assert done in out and "skipped broken.md: binary file" in out, out
+        assert "not read 3 file(s) of other types (2 .py, 1 .png); ragkit reads .htm .html .markdown .md .pdf .rst .txt" in out, out
+
+
 def test_errors_are_one_line_not_a_traceback(tmp_path, capsys):
     assert main(["ask", "anything", "--index-dir", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err

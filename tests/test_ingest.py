@@ -45,6 +45,18 @@ def test_bad_files_are_reported_with_a_reason_and_good_ones_still_load(messy_fol
     assert "PDF" in reasons["broken.pdf"]
     assert "not a PDF" in reasons["fake.pdf"]
     assert "image.png" not in reasons and ".hidden/secret.md" not in reasons  # not a supported type / hidden
+    assert report.other_types == {".png": 1}  # counted, so the user is told; a hidden file is not
+
+
+def test_restructuredtext_is_read_as_text_and_other_types_are_counted(tmp_path):
+    (tmp_path / "guide.rst").write_text("Install\n=======\n\nRun ``pyenv install 3.12`` to build Python 3.12.\n")
+    (tmp_path / "setup.py").write_text("print('hi')\n")
+    (tmp_path / "tool.py").write_text("print('hi')\n")
+    (tmp_path / "Makefile").write_text("all:\n")
+    report = load_files(tmp_path)
+    [guide] = report.files
+    assert guide.source == "guide.rst" and guide.document.meta["file_type"] == "text" and "pyenv install 3.12" in guide.document.content
+    assert report.other_types == {".py": 2, "(no suffix)": 1} and list(report.other_types) == [".py", "(no suffix)"]  # most first
 
 
 def test_empty_folder_is_a_clear_error(tmp_path):

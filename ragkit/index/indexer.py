@@ -55,6 +55,7 @@ class IndexReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    other_types: dict[str, int] = field(default_factory=dict)  # files not read, their type not one ragkit reads: suffix -> count
     chunks_added: int = 0
     total_chunks: int = 0
     seconds: float = 0.0
@@ -228,7 +229,8 @@ def _write_to_store(store, leaves: list[Document], todo, report: IndexReport) ->
 def _plan(
     index: RagIndex | None, loaded: LoadReport, given: Path, root: Path, remove_missing: bool, index_dir, collection: str | None = None,
 ) -> tuple[IndexReport, list]:
-    report = IndexReport(index_dir=redacted(str(index_dir)) if is_store_url(index_dir) else str(index_dir), root=str(root), skipped=list(loaded.skipped), collection=collection)
+    report = IndexReport(index_dir=redacted(str(index_dir)) if is_store_url(index_dir) else str(index_dir), root=str(root), skipped=list(loaded.skipped),
+                         other_types=dict(loaded.other_types), collection=collection)
     todo = []
     for file in loaded.files:
         known = index.sources.get(file.source) if index else None

@@ -1,6 +1,6 @@
 """Files → Haystack Documents → chunks, with a reason for every file that was skipped.
 
-Conversion uses Haystack's converters (``TextFileToDocument`` for .txt and .md — markdown is kept
+Conversion uses Haystack's converters (``TextFileToDocument`` for .txt, .rst and .md — markdown is kept
 as written so headings survive for section metadata — ``PyPDFToDocument``, and ``HTMLToDocument``
 with trafilatura emitting markdown). What is written here is the checking around them: Haystack's
 converters log and skip a bad file, while a user indexing a folder needs to be told which file was
@@ -33,7 +33,9 @@ from typing import Iterator
 
 from haystack import Document
 
-SUPPORTED_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".pdf": "pdf", ".html": "html", ".htm": "html"}
+# reStructuredText is read as plain text: its markup (underlined titles, ``::``) is few characters and no noise
+# to an embedder, and Python projects' documentation is written in it
+SUPPORTED_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".rst": "text", ".pdf": "pdf", ".html": "html", ".htm": "html"}
 MAX_FILE_BYTES = 50 * 1024 * 1024
 # longest first: the UTF-32 LE mark begins with the UTF-16 LE one
 _BOMS = (
@@ -59,6 +61,7 @@ class LoadedFile:
 class LoadReport:
     files: list[LoadedFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    other_types: dict[str, int] = field(default_factory=dict)  # files of a type ragkit does not read: suffix -> count
 
     @property
     def documents(self) -> list[Document]:
@@ -76,11 +79,12 @@ def source_identity(file: Path, root: Path) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def discover(path: str | Path, problems: list[tuple[Path, str]] | None = None) -> list[Path]:
+def discover(path: str | Path, problems: list[tuple[Path, str]] | None = None, other_types: dict[str, int] | None = None) -> list[Path]:
     """Supported files under ``path`` (or ``path`` itself), sorted, hidden folders skipped.
 
     A folder that cannot be listed is appended to ``problems`` with its reason instead of
-    stopping the walk (``Path.rglob`` would skip it silently or raise).
+    stopping the walk (``Path.rglob`` would skip it silently or raise). Files of other types are
+    counted by suffix in ``other_types``, so a user is told what was not read (hidden files are not).
     """
     path = Path(path)
     if not path.exists():
@@ -97,8 +101,13 @@ def discover(path: str | Path, problems: list[tuple[Path, str]] | None = None) -
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
             candidate = Path(folder) / name
-            if not name.startswith(".") and candidate.suffix.lower() in SUPPORTED_SUFFIXES and candidate.is_file():
+            if name.startswith("."):
+                continue
+            if candidate.suffix.lower() in SUPPORTED_SUFFIXES and candidate.is_file():
                 files.append(candidate)
+            elif other_types is not None:
+                suffix = candidate.suffix.lower() or "(no suffix)"
+                other_types[suffix] = other_types.get(suffix, 0) + 1
     return sorted(files)
 
 
@@ -113,11 +122,12 @@ def load_files(path: str | Path, root: str | Path | None = None, progress: bool 
         raise IngestError(f"{path} does not exist")
     given = Path(os.path.realpath(path))  # one canonical spelling, so names never depend on "./" or symlinks
     problems: list[tuple[Path, str]] = []
-    files = discover(given, problems)
+    other_types: dict[str, int] = {}
+    files = discover(given, problems, other_types)
     if not files and not problems:
         raise IngestError(f"{path} holds no supported files ({', '.join(sorted(SUPPORTED_SUFFIXES))})")
     base = Path(os.path.realpath(root)) if root else (given if given.is_dir() else given.parent)
-    report = LoadReport()
+    report = LoadReport(other_types=dict(sorted(other_types.items(), key=lambda kv: (-kv[1], kv[0]))))
     report.skipped = [(source_identity(p, base), reason) for p, reason in problems]
     seen: dict[str, Path] = {}
     if progress:

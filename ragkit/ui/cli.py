@@ -12,7 +12,7 @@ import ragkit  # noqa: F401  (sets the offline / no-telemetry defaults before Ha
 from ragkit.index.store import DEFAULT_INDEX_DIR
 from ragkit.index.versions import IndexError_
 from ragkit.ui.cli_common import config_from_args as _config
-from ragkit.ui.cli_common import Interrupted, index_location, live_version, quiet_model_loading, shown
+from ragkit.ui.cli_common import Interrupted, index_location, live_version, print_files_not_read, quiet_model_loading, shown
 from ragkit.ui.cli_common import forget_interrupt_seen_in_c_code as _forget_interrupt_seen_in_c_code
 from ragkit.ui.cli_agreement import add_agreement_command
 from ragkit.ui.cli_eval import add_eval_commands
@@ -77,8 +77,7 @@ def cmd_index(args, console) -> int:
             console.print(f"description of collection {shown(report.collection or 'default')} set")
         if report.removed:
             console.print(f"removed {len(report.removed)} source(s): {names(report.removed)}")
-    for source, reason in report.skipped:
-        console.print(f"[yellow]skipped[/] {shown(source)}: {shown(reason)}")
+    print_files_not_read(report, console)
     return 0
 
 
@@ -288,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragkit", description="Index documents and ask questions about them, offline.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("index", parents=[common], help="add a file or folder (.md .txt .pdf .html) to the index; `index migrate --to URL` copies it to a store")
+    p = sub.add_parser("index", parents=[common], help="add a file or folder (.md .txt .rst .pdf .html) to the index; `index migrate --to URL` copies it to a store")
     p.add_argument("path", help="file or folder to index; or `migrate` with --to")
     p.add_argument("--to", metavar="URL", help="with `migrate`: copy the local index (--index-dir) into this store without re-embedding")
     p.add_argument("--rebuild", action="store_true", help="start a new index instead of updating")

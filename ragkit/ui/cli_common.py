@@ -32,6 +32,20 @@ def config_from_args(args) -> RagConfig:
     return config
 
 
+def print_files_not_read(report, console) -> None:
+    """Each file an indexing run skipped, with its reason, and one line counting the files of types ragkit does not
+    read (``ragkit index`` and ``ragkit testset generate PATH``: a user must see what their index leaves out)."""
+    from ragkit.index.ingest import SUPPORTED_SUFFIXES
+
+    for source, reason in report.skipped:
+        console.print(f"[yellow]skipped[/] {shown(source)}: {shown(reason)}")
+    if report.other_types:
+        counts = [f"{n} {shown(suffix)}" for suffix, n in report.other_types.items()]
+        listed = ", ".join(counts[:6]) + (f" and {len(counts) - 6} other types" if len(counts) > 6 else "")
+        console.print(f"[yellow]not read[/] {sum(report.other_types.values())} file(s) of other types ({listed}); "
+                      f"ragkit reads {' '.join(sorted(SUPPORTED_SUFFIXES))}")
+
+
 def index_location(args, config: RagConfig) -> str:
     """Where the command's index lives: ``--store`` / ``RAGKIT_STORE`` / the config's ``store`` URL, else ``--index-dir``."""
     return config.store or args.index_dir

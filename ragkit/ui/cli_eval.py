@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ragkit.ui.cli_common import cache_options, config_from_args, default_cache_path, index_location, shown
+from ragkit.ui.cli_common import cache_options, config_from_args, default_cache_path, index_location, print_files_not_read, shown
 
 
 def _index_for(args, console, config):
@@ -40,6 +40,7 @@ def _index_for(args, console, config):
         if not report.total_chunks:
             raise ValueError(f"{target}: nothing to generate questions from (no readable document; skipped: {len(report.skipped)})")
         console.print(f"indexed {shown(target)} into {shown(report.index_dir)}: {report.total_chunks} chunks")
+        print_files_not_read(report, console)
     if not index_exists(where):
         raise ValueError(f"no index at {shown(where)}: run `ragkit index PATH` first, or give PATH")
     return load_index(where, expected_embedder=config.models.embedder)
