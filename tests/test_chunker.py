@@ -34,6 +34,16 @@ def test_a_sentence_longer_than_a_chunk_is_cut_at_token_boundaries(chunker):
     assert len(chunks) >= 8 and all(n_tokens(chunker, c.content) <= 64 for c in chunks)
 
 
+def test_a_unit_over_the_embedders_window_raises_no_false_alarm(capfd, caplog):
+    # a code block with no sentence end is one unit of 700 tokens: it is cut into windows, never embedded whole,
+    # so transformers' "Running this sequence through the model will result in indexing errors" must not reach
+    # the terminal (a fresh tokenizer: transformers says it once per tokenizer)
+    fresh = TokenChunker(chunk_tokens=64, overlap_tokens=16)
+    fresh.run(documents=[Document(content="word " * 700)])
+    printed = capfd.readouterr().err + caplog.text
+    assert "longer than the specified maximum sequence length" not in printed
+
+
 def test_pages_and_sections_are_recorded(chunker):
     report = load_files(SAMPLE_DOCS / "python_docs" / "library_functools.pdf")
     chunks = chunker.run(documents=report.documents)["documents"]

@@ -115,7 +115,9 @@ class TokenChunker:
             yield from self._tokenize(text, batch)
 
     def _tokenize(self, text: str, units: list[tuple[int, int]]) -> Iterator[_Piece]:
-        encodings = self._tok([text[s:e] for s, e in units], add_special_tokens=False, return_offsets_mapping=True)
+        # a unit over the model's 512 tokens is cut into windows below, never fed to the model whole, so
+        # transformers' "longer than the specified maximum sequence length" warning would be a false alarm
+        encodings = self._tok([text[s:e] for s, e in units], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         for (s, _e), offsets in zip(units, encodings["offset_mapping"]):
             for i in range(0, len(offsets), self.chunk_tokens):
                 yield from self._within_char_bound(s, offsets[i : i + self.chunk_tokens])
