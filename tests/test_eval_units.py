@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
-from ragkit.eval.generate import answer_spans, is_near_duplicate, join_parts, longest_copied_run, question_grammar
+from ragkit.eval.generate import answer_in_most_chunks, answer_spans, is_near_duplicate, join_parts, longest_copied_run, question_grammar, refers_to_its_text
 from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
 from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
 
@@ -78,6 +78,28 @@ def test_copy_runs_duplicates_and_the_question_grammar():
     assert is_near_duplicate("Where was Tesla born?", ["Where was Tesla born ?"]) and not is_near_duplicate("What did Tesla study?", ["Where was Tesla born?"])
     grammar = question_grammar("time")
     assert grammar.startswith('root ::= ("When" | "In what year" | "In which year")') and '"?"' in grammar
+
+
+def test_an_answer_in_most_chunks_names_no_chunk():
+    from haystack import Document
+
+    docs = [Document(content=f"Install Python {v} with pyenv install {v}.") for v in ("3.10", "3.11", "3.12")]
+    docs += [Document(content="Homebrew installs the build dependencies on macOS."), Document(content="Python 2.7 is gone.")]
+    too_common = answer_in_most_chunks(docs)
+    assert too_common("Python") and too_common("pyenv")  # in 4 and 3 of 5 chunks
+    assert not too_common("Homebrew") and not too_common("3.12") and not too_common("")
+    assert not answer_in_most_chunks(docs[:2])("Python")  # two chunks: too few to call anything common
+
+
+def test_a_question_that_points_at_its_source_text_is_not_standalone():
+    # written by the embedded models from SQuAD paragraphs and from pyenv's README
+    for question in ["What is the name of the city in the sentence?", "In what year did the largest of these earthquakes occur?",
+                     "Which type of computer is mentioned in the given sentence?", "What is described in this paragraph?",
+                     "Which programming language is not included in any of the specified versions?", "Which architect listed above won?"]:
+        assert refers_to_its_text(question), question
+    for question in ["The passage of what act gave Victoria its own government?", "Who wrote the text of the Declaration?",
+                     "Where was Tesla born?", "What sentence did the court hand down in 1921?"]:
+        assert not refers_to_its_text(question), question
 
 
 def test_a_multi_item_joins_two_questions_about_different_chunks():

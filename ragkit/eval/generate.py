@@ -3,13 +3,14 @@
 Answer first, question second — the way a small model can be made to write usable items:
 
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
-   proper name (:func:`answer_spans`), so the answer is a verbatim span of its chunk by construction;
+   proper name (:func:`answer_spans`), so the answer is a verbatim span of its chunk by construction; a span
+   found in most of the corpus's chunks is never picked (:func:`answer_in_most_chunks`): it names no chunk;
 2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
    (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
    mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
-   long run of the chunk's words, is not a near-duplicate of a kept question, and is **answerable from
-   its chunk**: the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5);
+   long run of the chunk's words, stands alone (no "in the sentence", :func:`refers_to_its_text`), is not a
+   near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5);
    the judge's P(the chunk answers the question), one forward pass, is recorded beside it;
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
@@ -29,8 +30,9 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from haystack import Document
@@ -46,7 +48,19 @@ from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_liter
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
 ANSWERED_F1 = 0.5
+# An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%) names no chunk, and its question
+# comes out vague ("Which programming language …?"); the SQuAD sets' generated answers reach 12%. A corpus of a few
+# chunks keeps its names: three chunks at least.
+COMMON_ANSWER_SHARE = 0.25
+COMMON_ANSWER_MIN_CHUNKS = 3
 DUPLICATE_OVERLAP = 0.8
+# A question pointing at the text it was written from ("in the sentence", "these systems") cannot be asked of a corpus:
+# no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
+SOURCE_REFERENCE = re.compile(
+    r"\b(?:the|this|that|given|above|following)\s+(?:sentences?|passages?(?!\s+of\b)|paragraphs?|excerpts?|snippets?)\b"
+    r"|\b(?:given|above|following|preceding)\s+(?:text|context|document|statement|section)\b"
+    r"|\b(?:mentioned|described|stated|listed|shown)\s+(?:above|below|here)\b"
+    r"|\bthe\s+(?:specified|aforementioned|chosen)\b|\bthese\b", re.IGNORECASE)
 QUESTION_WORDS = {"time": ["When", "In what year", "In which year"], "number": ["How many", "How much", "What number of"],
                   "name": ["Who", "What", "Which", "Where", "What is the name of"]}
 # Entities no corpus of ordinary documents is likely to mention; each is checked against the index.
@@ -121,6 +135,18 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
             taken.append((m.start(), m.end()))
             found.append((span, kind))
     return found
+
+
+def answer_in_most_chunks(chunks: Iterable[Document]) -> Callable[[str], bool]:
+    """Whether an answer is too common to name a chunk: its rarest word is in over :data:`COMMON_ANSWER_SHARE`
+    of ``chunks`` (and in :data:`COMMON_ANSWER_MIN_CHUNKS` at least)."""
+    chunks = list(chunks)
+    chunk_words = Counter(word for chunk in chunks for word in set(normalize_answer(chunk.content or "").split()))
+
+    def too_common(answer: str) -> bool:
+        holding = min((chunk_words[word] for word in normalize_answer(answer).split()), default=0)
+        return holding >= COMMON_ANSWER_MIN_CHUNKS and holding > COMMON_ANSWER_SHARE * len(chunks)
+    return too_common
 
 
 # -- 2. the question, under a grammar (and a mask for a paraphrase) ------------------------------------
@@ -200,6 +226,11 @@ def longest_copied_run(question: str, text: str) -> int:
             else:
                 break
     return best
+
+
+def refers_to_its_text(question: str) -> bool:
+    """Whether the question speaks of its source ("the sentence", "these …") instead of standing alone."""
+    return SOURCE_REFERENCE.search(question) is not None
 
 
 def _words(text: str) -> set[str]:
@@ -288,6 +319,7 @@ def generate_testset(
     ids = list(chunk_ids) if chunk_ids is not None else list(index.chunks)
     rng.shuffle(ids)
     answer_step = grounded_answer_step(chat_generator, embedder or index.embedder)
+    too_common = answer_in_most_chunks(index.chunks.values())  # over the whole index, not only chunk_ids
     kept: dict[str, list[EvalItem]] = {"single": [], "paraphrase": []}
     with RagkitTracer().collect() as trace, tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "testset", "haystack.component.type": "generate_testset"}):
         for i in range(4 * sum(need.values()) + 10):  # candidates tried at most: a corpus without spans ends, never loops
@@ -296,7 +328,7 @@ def generate_testset(
                 break
             kind = min(open_kinds, key=lambda k: len(kept[k]) / need[k])  # the kind furthest behind
             seen = [item.question for items in kept.values() for item in items]
-            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, seen, judge)
+            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, seen, judge, too_common)
             report.count(kind, outcome)
             if item is not None:
                 kept[kind].append(item)
@@ -334,12 +366,16 @@ def generate_testset(
     return items, report
 
 
-def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool) -> tuple[EvalItem | None, str]:
+def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool,
+               too_common: Callable[[str], bool] = lambda answer: False) -> tuple[EvalItem | None, str]:
     text = chunk.content or ""
     sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not text[a:b].lstrip().startswith("#")]
     options = [(s, span, t) for s in sentences for span, t in answer_spans(s)]
     if not options:
         return None, "no_answer_span"
+    options = [option for option in options if not too_common(option[1])]
+    if not options:  # decided before the LLM is asked anything
+        return None, "answer_in_most_chunks"
     sentence, answer, answer_kind = rng.choice(options)
     question, why = write_question(generator, sentence, answer, answer_kind, paraphrase=kind == "paraphrase")
     if question is None:
@@ -348,6 +384,8 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
         return None, "answer_in_question"
     if longest_copied_run(question, text) > MAX_COPIED_WORDS[kind]:
         return None, "copies_the_chunk"
+    if refers_to_its_text(question):
+        return None, "refers_to_its_text"
     if is_near_duplicate(question, kept):
         return None, "duplicate"
     returned = answered_from_chunk(answer_step, question, chunk, answer)
