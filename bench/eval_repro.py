@@ -27,7 +27,7 @@ from squad_common import ROOT, run_facts
 
 OUT = ROOT / "bench" / "results" / "eval_repro.json"
 RAGKIT = str(Path(sys.executable).with_name("ragkit"))
-VOLATILE = ("seconds", "step_seconds", "llm_calls", "cache_hits", "prompt_tokens")
+VOLATILE = ("seconds", "step_seconds", "judge_seconds", "llm_calls", "cache_hits", "prompt_tokens")
 
 
 def rows(folder: Path) -> list[dict]:

@@ -190,7 +190,7 @@ def test_a_rerun_with_the_cache_makes_no_llm_call_and_gives_the_same_rows(tmp_pa
     second = open_run(tmp_path / "b", testset, sample_index, llm)
     second.execute(rag_for(sample_index, llm), cache=cache)
     assert llm.calls == calls  # not one call more
-    strip = lambda row: {k: v for k, v in row.items() if k not in ("seconds", "step_seconds", "llm_calls", "cache_hits", "prompt_tokens")}  # noqa: E731
+    strip = lambda row: {k: v for k, v in row.items() if k not in ("seconds", "step_seconds", "judge_seconds", "llm_calls", "cache_hits", "prompt_tokens")}  # noqa: E731
     assert [strip(r) for r in first.rows()] == [strip(r) for r in second.rows()]
     assert sum(r["llm_calls"] for r in second.rows()) == 0 and sum(r["cache_hits"] for r in second.rows()) == sum(r["llm_calls"] for r in first.rows())
 
@@ -238,6 +238,26 @@ def test_a_judge_whose_reply_does_not_parse_is_a_counted_failure_not_a_score(tmp
     reasons = [f["reason"] for r in run.rows() for f in r["failures"]]
     assert all(reason.startswith("judge:") for reason in reasons) and "parse_failed" in " ".join(reasons)
     assert agg["f1"]["n"] == 3  # the rest of each row is scored
+    assert all(r["judge_seconds"] >= 0 for r in run.rows())  # a failed judge took time too
+
+
+def test_a_resumed_run_plans_the_rest_at_its_own_pace(tmp_path, testset, sample_index):
+    path, items = testset
+    run = EvalRun.open(tmp_path / "run", resolve("plain"), _config(), path, items, known_chunks=set(sample_index.chunks),
+                       judge_model="qwen2.5-coder-1.5b (correct task)", chat_generator=Counting())
+    left = len(run.items)
+    first = run.plan()
+    assert first.paced_on == 0 and "on 2 cores" in first.text()  # nothing asked yet: the measured seconds per call
+    asked = run.items[:3]
+    run.done = {it.id: {"id": it.id, "seconds": 4.0, "judge_seconds": 26.0} for it in asked[:2]}
+    assert run.plan().seconds == pytest.approx(first.seconds * (left - 2) / left)  # two rows are too few to go by
+    run.done[asked[2].id] = {"id": asked[2].id, "seconds": 6.0}  # declined: no judge
+    plan = run.plan()
+    assert plan.paced_on == 3 and plan.seconds == pytest.approx((4 + 26 + 4 + 26 + 6) / 3 * (left - 3))
+    assert f"roughly {runs_module.duration_text(plan.seconds)} at this run's pace so far (3 questions)" in plan.text()
+    for row in run.done.values():  # rows written before the judge's seconds were kept: the seconds per call again
+        row.pop("judge_seconds", None)
+    assert run.plan().paced_on == 0
 
 
 def test_tune_chooses_on_one_half_and_reports_on_the_other(tmp_path, testset, sample_index):

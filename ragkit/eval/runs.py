@@ -49,6 +49,9 @@ SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 1.0, "qwen2.5-coder-1.5b": 2.2}
 # several times more: seconds per judge call by judge model, measured by bench/eval_seconds.py
 # (bench/results/eval_seconds.json, a test keeps them equal). A judge not listed gets the larger one.
 JUDGE_SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 2.21, "qwen2.5-coder-1.5b": 4.27}
+# Those are SQuAD's seconds; other text runs slower (pyenv's README with the 1.5B and its judge: 33 s a question
+# against 15 s planned), so a run that has asked this many questions plans the rest at its own pace.
+PACE_MIN_ROWS = 3
 
 
 class RunMismatch(ValueError):
@@ -99,11 +102,13 @@ class Plan:
     already_done: int
     llm_calls: int
     seconds: float
+    paced_on: int = 0  # the run's own rows the seconds were paced on (0: the measured seconds per call)
 
     def text(self) -> str:
         left = self.items - self.already_done
+        pace = f"at this run's pace so far ({self.paced_on} questions)" if self.paced_on else "on 2 cores"
         return (f"{left} of {self.items} items to ask ({self.already_done} already in the run, {self.skipped_missing_chunks} skipped: their chunks are gone), "
-                f"about {self.llm_calls} LLM calls, roughly {duration_text(self.seconds)} on 2 cores")
+                f"about {self.llm_calls} LLM calls, roughly {duration_text(self.seconds)} {pace}")
 
 
 @dataclass
@@ -167,8 +172,20 @@ class EvalRun:
         judge = self.meta["judge_model"]
         judge_calls = calls_per_answer(judge) * len(left)
         calls = sum(estimated_calls(strategy, it) for it in left)
-        return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls + judge_calls,
-                    estimated_seconds(self.meta["model"], judge, calls, judge_calls, seconds_per_call))
+        done, pace = self._pace()
+        if pace is None or seconds_per_call is not None:
+            done, seconds = 0, estimated_seconds(self.meta["model"], judge, calls, judge_calls, seconds_per_call)
+        else:
+            seconds = pace * len(left)
+        return Plan(len(self.items), len(self.missing_chunks), len(self.items) - len(left), calls + judge_calls, seconds, done)
+
+    def _pace(self) -> tuple[int, float | None]:
+        """(rows, mean seconds a row: the answer's and the judge's) over the rows this run has, or (0, None) when
+        they are under :data:`PACE_MIN_ROWS` or were written without the judge's seconds."""
+        rows = [r for r in self.done.values() if r.get("seconds") is not None]
+        if len(rows) < PACE_MIN_ROWS or (self.meta["judge_model"] and not any("judge_seconds" in r for r in rows)):
+            return 0, None
+        return len(rows), sum(r["seconds"] + r.get("judge_seconds", 0.0) for r in rows) / len(rows)
 
     def _features(self):
         from ragkit.pipeline.features import Features

@@ -15,7 +15,8 @@ Per item (:func:`score_item`):
 * the local judge, each one forward pass where llama.cpp allows (:mod:`ragkit.llm.probe`): faithfulness
   (P(the sources support the answer), the hallucination detector with the question) and context
   relevance (P(the sources state the answer to the question));
-* cost: seconds per step, LLM calls, prompt tokens evaluated, cache hits.
+* cost: seconds per step, LLM calls, prompt tokens evaluated, cache hits; the judge's seconds apart
+  (``judge_seconds``), so a resumed run's plan goes at the pace its rows were measured at.
 
 A measure that cannot be taken — no gold chunk, a judge reply that does not parse, a failed answer —
 is ``None`` with its reason in the row's ``failures``, never 0 and never NaN. :func:`aggregate` averages
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import Any
 
 from haystack import Document
@@ -138,13 +140,26 @@ def score_item(item: EvalItem, result: Any, k: int, judge: Any = None, embed: An
         if embed is not None and item.answers and not result.declined:
             row["semantic_similarity"] = round(embed(strip_citations(result.answer), item.answers), 4)
     if judge is not None and not result.failed and not result.declined and result.sources:
-        for metric, (value, reason) in judge(item.question, result.answer, result.sources).items():
+        verdicts, row["judge_seconds"] = timed_judge(judge, item.question, result.answer, result.sources)
+        for metric, (value, reason) in verdicts.items():
             if value is None:
                 failures.append({"metric": metric, "reason": reason})
             else:
                 row[metric] = round(value, 4)
     row["failures"] = failures
     return row
+
+
+def timed_judge(judge: Any, question: str, answer: str, sources: list[Document]) -> tuple[dict[str, Any], float]:
+    """The judge's verdicts and the seconds they took (a reply served from the LLM cache counts what it took when made)."""
+    from haystack import tracing
+
+    from ragkit.pipeline.trace import RagkitTracer
+
+    started = time.perf_counter()
+    with RagkitTracer().collect() as trace, tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "judge", "haystack.component.type": "LocalJudge"}):
+        verdicts = judge(question, answer, sources)
+    return verdicts, round(time.perf_counter() - started + trace.cache_seconds, 4)
 
 
 def _covers(failure: str, metric: str) -> bool:

@@ -76,10 +76,10 @@ def _run_on_both(args, console) -> list[dict[str, Any]] | None:
             console.print(f"[yellow]{shown(first.meta['testset']['path'])}: {len(first.missing_chunks)} items name chunks that are no longer "
                           "in the index:[/] they are skipped")
     plans: list[Plan] = [run.plan() for run in runs]
-    items, done = sum(p.items for p in plans), sum(p.already_done for p in plans)
+    items, done, paced = sum(p.items for p in plans), sum(p.already_done for p in plans), sum(1 for p in plans if p.paced_on)
     console.print(f"{len(strategies)} strategies on each test set, {len(runs)} runs under {shown(args.runs_dir)}: {items - done} of {items} "
                   f"questions to ask ({done} already in the runs), about {sum(p.llm_calls for p in plans)} LLM calls, roughly "
-                  f"{duration_text(sum(p.seconds for p in plans))} on 2 cores")
+                  f"{duration_text(sum(p.seconds for p in plans))} on 2 cores" + (f" ({paced} of the runs at their own pace so far)" if paced else ""))
     if args.dry_run:
         return None
     make_rag, embed = _make_rag(config, index, llm), _embed(config)
