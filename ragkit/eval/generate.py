@@ -4,14 +4,15 @@ Answer first, question second — the way a small model can be made to write usa
 
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
    proper name (:func:`answer_spans`), so the answer is a verbatim span of its chunk by construction; a span
-   found in most of the corpus's chunks is never picked (:func:`answer_in_most_chunks`): it names no chunk;
+   in over a quarter of the corpus's chunks is never picked (:func:`answer_in_most_chunks`): it names no chunk;
 2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
    (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
    mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
    long run of the chunk's words, stands alone (no "in the sentence", :func:`refers_to_its_text`), is not a
-   near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5);
-   the judge's P(the chunk answers the question), one forward pass, is recorded beside it;
+   near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading
+   that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk answers the question), one
+   forward pass, is recorded beside it;
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
    place of one it does (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
@@ -48,9 +49,8 @@ from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_liter
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
 ANSWERED_F1 = 0.5
-# An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%) names no chunk, and its question
-# comes out vague ("Which programming language …?"); the SQuAD sets' generated answers reach 12%. A corpus of a few
-# chunks keeps its names: three chunks at least.
+# An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%; SQuAD's generated answers: 12% at
+# most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
 COMMON_ANSWER_SHARE = 0.25
 COMMON_ANSWER_MIN_CHUNKS = 3
 DUPLICATE_OVERLAP = 0.8
@@ -367,7 +367,7 @@ def generate_testset(
 
 
 def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool,
-               too_common: Callable[[str], bool] = lambda answer: False) -> tuple[EvalItem | None, str]:
+               too_common: Callable[[str], bool]) -> tuple[EvalItem | None, str]:
     text = chunk.content or ""
     sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not text[a:b].lstrip().startswith("#")]
     options = [(s, span, t) for s in sentences for span, t in answer_spans(s)]

@@ -49,8 +49,8 @@ SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 1.0, "qwen2.5-coder-1.5b": 2.2}
 # several times more: seconds per judge call by judge model, measured by bench/eval_seconds.py
 # (bench/results/eval_seconds.json, a test keeps them equal). A judge not listed gets the larger one.
 JUDGE_SECONDS_PER_CALL = {"qwen2.5-coder-0.5b": 2.21, "qwen2.5-coder-1.5b": 4.27}
-# Those are SQuAD's seconds; other text runs slower (pyenv's README with the 1.5B and its judge: 33 s a question
-# against 15 s planned), so a run that has asked this many questions plans the rest at its own pace.
+# Those are SQuAD's seconds; other text runs slower (pyenv's and the AWS CLI's docs, the 1.5B and its judge: 33 s a
+# question against 15 s planned), so a run that has asked this many questions plans the rest at its own pace.
 PACE_MIN_ROWS = 3
 
 
