@@ -102,6 +102,15 @@ def test_a_question_that_points_at_its_source_text_is_not_standalone():
         assert not refers_to_its_text(question), question
 
 
+def test_the_notebooks_generation_table_gives_the_reasons_in_words_most_first():
+    from ragkit.ui.eval_view import generation_html
+
+    summary = {"accepted": 3, "candidates": 9, "requested": 3, "llm_calls": 12, "cache_hits": 0, "seconds": 40.0,
+               "by_kind": {"single": {"in_set": 3, "candidates": 9, "accepted": 3, "acceptance": 0.333,
+                                      "rejected": {"no_answer_span": 1, "refers_to_its_text": 3, "answer_in_most_chunks": 2}}}}
+    assert "refers to its text 3, answer in most chunks 2, no answer span 1" in generation_html(summary)
+
+
 def test_a_multi_item_joins_two_questions_about_different_chunks():
     a = EvalItem("Where was Tesla born?", ["Smiljan"], kind="single", chunks=["c1"])
     b = EvalItem("Who won Super Bowl 50?", ["Denver Broncos"], kind="single", chunks=["c2"])

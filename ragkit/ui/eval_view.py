@@ -30,7 +30,9 @@ MEASURES = ("recall@k", "mrr", "f1", "correct", "faithfulness", "context_relevan
 
 def generation_html(summary: dict[str, Any]) -> str:
     rows = [{"kind": kind, "in the set": e["in_set"], "candidates": e["candidates"], "passed": f"{e['accepted']} ({e['acceptance']:.0%})",
-             "rejected": ", ".join(f"{r} {n}" for r, n in e["rejected"].items()) or "–"} for kind, e in summary["by_kind"].items()]
+             # in words, most first, as `ragkit testset generate` prints them ("refers to its text 5", not "refers_to_its_text 5")
+             "rejected": ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(e["rejected"].items(), key=lambda rn: -rn[1])) or "–"}
+            for kind, e in summary["by_kind"].items()]
     head = (f"<p>{summary['accepted']} items from {summary['candidates']} candidates ({summary['requested']} asked for), "
             f"{summary['llm_calls']} LLM calls, {summary['cache_hits']} from the cache, {summary['seconds']:.0f} s</p>")
     return head + table_html(rows)
