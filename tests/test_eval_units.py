@@ -85,10 +85,10 @@ def test_an_answer_in_most_chunks_names_no_chunk():
 
     docs = [Document(content=f"Install Python {v} with pyenv install {v}.") for v in ("3.10", "3.11", "3.12")]
     docs += [Document(content="Homebrew installs the build dependencies on macOS."), Document(content="Python 2.7 is gone.")]
-    too_common = answer_in_most_chunks(docs)
+    too_common = answer_in_most_chunks({str(i): doc for i, doc in enumerate(docs)})  # index.chunks: {id: Document}
     assert too_common("Python") and too_common("pyenv")  # in 4 and 3 of 5 chunks
     assert not too_common("Homebrew") and not too_common("3.12") and not too_common("")
-    assert not answer_in_most_chunks(docs[:2])("Python")  # two chunks: too few to call anything common
+    assert not answer_in_most_chunks({"a": docs[0], "b": docs[1]})("Python")  # two chunks: too few to call anything common
 
 
 def test_a_question_that_points_at_its_source_text_is_not_standalone():

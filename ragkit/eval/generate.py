@@ -33,7 +33,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from haystack import Document
@@ -137,11 +137,10 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
     return found
 
 
-def answer_in_most_chunks(chunks: Iterable[Document]) -> Callable[[str], bool]:
+def answer_in_most_chunks(chunks: Mapping[str, Document]) -> Callable[[str], bool]:
     """Whether an answer is too common to name a chunk: its rarest word is in over :data:`COMMON_ANSWER_SHARE`
-    of ``chunks`` (and in :data:`COMMON_ANSWER_MIN_CHUNKS` at least)."""
-    chunks = list(chunks)
-    chunk_words = Counter(word for chunk in chunks for word in set(normalize_answer(chunk.content or "").split()))
+    of ``chunks`` (and in :data:`COMMON_ANSWER_MIN_CHUNKS` at least). One pass, a server store's in pages."""
+    chunk_words = Counter(word for chunk in chunks.values() for word in set(normalize_answer(chunk.content or "").split()))
 
     def too_common(answer: str) -> bool:
         holding = min((chunk_words[word] for word in normalize_answer(answer).split()), default=0)
@@ -319,7 +318,7 @@ def generate_testset(
     ids = list(chunk_ids) if chunk_ids is not None else list(index.chunks)
     rng.shuffle(ids)
     answer_step = grounded_answer_step(chat_generator, embedder or index.embedder)
-    too_common = answer_in_most_chunks(index.chunks.values())  # over the whole index, not only chunk_ids
+    too_common = answer_in_most_chunks(index.chunks)  # over the whole index, not only chunk_ids
     kept: dict[str, list[EvalItem]] = {"single": [], "paraphrase": []}
     with RagkitTracer().collect() as trace, tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "testset", "haystack.component.type": "generate_testset"}):
         for i in range(4 * sum(need.values()) + 10):  # candidates tried at most: a corpus without spans ends, never loops
