@@ -47,12 +47,11 @@ def _index_for(args, console, config):
 
 
 def cmd_testset_generate(args, console) -> int:
-    from tqdm import tqdm
-
     from ragkit.eval.generate import generate_testset
     from ragkit.eval.testset import save_testset
     from ragkit.llm.cache import LLMCache, llm_cache
     from ragkit.llm.generators import build_chat_generator
+    from ragkit.ui.eval_terminal import GenerationBar
 
 
     config = config_from_args(args)
@@ -60,20 +59,10 @@ def cmd_testset_generate(args, console) -> int:
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))} if args.mix else None
     llm = build_chat_generator(config.models)
     cache = None if args.no_cache else LLMCache(args.cache or default_cache_path())
-    # minutes of LLM calls: a bar of the questions kept (singles also make the two-part and unanswerable items)
-    bar = tqdm(desc="questions kept", unit="q", disable=args.quiet)
-    tried = 0
-
-    def progress(kept: int, needed: int) -> None:
-        nonlocal tried
-        tried += 1
-        bar.total = needed
-        bar.set_postfix_str(f"{tried} tried", refresh=False)
-        bar.update(kept - bar.n)
-
+    bar = GenerationBar(quiet=args.quiet)  # minutes of LLM calls
     try:
         with llm_cache(cache):
-            items, report = generate_testset(index, llm, n=args.n, mix=mix, seed=args.seed, progress=progress)
+            items, report = generate_testset(index, llm, n=args.n, mix=mix, seed=args.seed, progress=bar)
     finally:
         bar.close()
     save_testset(items, args.output)

@@ -11,7 +11,7 @@ means, B − A, its interval — and gives the rest of the width to the verdict,
 ``--markdown``). The cells are the ones the Markdown and the notebook show
 (:func:`~ragkit.eval.compare.aggregate_rows`, :func:`~ragkit.eval.compare.comparison_rows`).
 
-Rendering only (but :class:`RunBars`, tqdm bars a run): a function of runs (:func:`ragkit.eval.runs.load_run`'s dicts) returning a Rich renderable,
+Rendering only (but :class:`RunBars`, tqdm bars a run, and :class:`GenerationBar`, the questions a generation kept): a function of runs (:func:`ragkit.eval.runs.load_run`'s dicts) returning a Rich renderable,
 so a test renders them into a console of a fixed width and reads the text.
 
 Usage::
@@ -229,3 +229,26 @@ class RunBars:
         if self.bar is not None:
             self.bar.close()
         self.what, self.bar = None, None
+
+
+class GenerationBar:
+    """A bar of the questions a test set generation has kept, for ``generate_testset(progress=bar)``: its total
+    is what the generator says it needs (singles also make the two-part and unanswerable items, so it can be
+    more than the items asked for; a bar of ``n`` ran past its end as "7/?"), with the candidates tried beside it.
+    A terminal bar in a terminal, a widget in a notebook (``tqdm.auto``)."""
+
+    def __init__(self, desc: str = "questions kept", quiet: bool = False):
+        from tqdm.auto import tqdm
+
+        self.tried, self.bar = 0, tqdm(desc=desc, unit="q", disable=quiet)
+
+    def __call__(self, kept: int, needed: int) -> None:
+        self.tried += 1
+        if self.bar.total != needed:  # known at the first candidate; reset() also widens a notebook's unknown-total stub
+            self.bar.reset(total=needed)
+        self.bar.set_postfix_str(f"{self.tried} tried", refresh=False)
+        self.bar.update(kept - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+

@@ -43,7 +43,7 @@ CHAT_NOTEBOOKS = ["10_conversation"]  # notebooks with a chat widget (ragkit.ui.
 # committed figures a notebook shows in a table, found by a header only that table has
 SHOWN_TABLES = {"09_evaluate_your_documents": "τ retrieval"}
 # tables photographed for a person to look at (the widest ones), by a text only they hold
-PHOTOGRAPHED_TABLES = {"07_feature_lab": "prompt tokens / question", "09_evaluate_your_documents": "LLM calls/q"}
+PHOTOGRAPHED_TABLES = {"07_feature_lab": "prompt tokens / question", "09_evaluate_your_documents": re.compile("LLM calls/q|candidates")}
 # What a person does in the feature lab: each step flips these checkboxes, then presses Run.
 PANEL_STEPS = [("grading",), ("hyde",)]
 # The on/off features, each a checkbox a person can tick.
