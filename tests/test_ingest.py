@@ -14,6 +14,7 @@ def test_sample_docs_all_load_with_metadata():
     html = next(f for f in report.files if f.source.endswith("tutorial_datastructures.html"))
     assert "¶" not in html.document.content and "<script" not in html.document.content
     assert "list.append" in html.document.content
+    assert html.document.meta["title"] == "5. Data Structures"  # its own heading, not its <title>'s "… — Python 3.11.2 documentation"
     pdf = next(f for f in report.files if f.source.endswith(".pdf"))
     assert pdf.document.content.count("\f") >= 1  # page breaks survive for page metadata
     assert "lru_cache" in pdf.document.content
@@ -82,3 +83,33 @@ def test_markdown_front_matter_becomes_metadata_not_text(tmp_path):
     assert docs["a.md"].meta["source"] == "a.md"  # ragkit's own keys are never taken from the file
     assert docs["b.md"].content.startswith("---") and "list" not in docs["b.md"].meta
     assert dict(report.skipped)["c.md"].startswith("no extractable text")
+
+
+def test_documentation_pages_lose_their_permalinks_and_are_titled_by_their_own_name(tmp_path):
+    # the shape of Node.js's API pages: a banner heading with the site's name on every page, the page's
+    # name first in <title>, and a "#" link to its own anchor closing every heading
+    body = (
+        "<p>The <code>node:tty</code> module provides the <code>tty.ReadStream</code> and <code>tty.WriteStream</code> classes. "
+        "In most cases it will not be necessary or possible to use this module directly. Section ¶ 3 and C# stay as written.</p>"
+    )
+    page = (
+        "<html><head><title>TTY | Node.js v20.20.2 Documentation</title></head><body>"
+        '<h1>Node.js v20.20.2 documentation</h1><div id="apicontent">'
+        '<h2>TTY<span><a class="mark" href="#tty" id="tty">#</a></span></h2>' + body +
+        '<h3>Class: <code>tty.ReadStream</code><span><a class="mark" href="#class-ttyreadstream">#</a></span></h3>' + body +
+        '<h3>Using C#<a class="headerlink" href="#using-c" title="Permalink to this heading">&para;</a></h3>' + body +
+        "</div></body></html>"
+    )
+    (tmp_path / "tty.html").write_text(page, encoding="utf-8")
+    # a page whose heading the extraction drops is titled by its <title>'s own part, not its file name
+    (tmp_path / "errors.html").write_text(
+        "<html><head><title>8. Errors and Exceptions &#8212; Python 3.11.2 documentation</title></head><body>"
+        "<h1>8. Errors and Exceptions</h1>" + body + "</body></html>", encoding="utf-8"
+    )
+    docs = {f.source: f.document for f in load_files(tmp_path).files}
+    tty = docs["tty.html"]
+    assert tty.meta["title"] == "TTY"
+    headings = [line for line in tty.content.splitlines() if line.startswith("#")]
+    assert "## TTY" in headings and "### Class: `tty.ReadStream`" in headings and "### Using C#" in headings, headings
+    assert "Section ¶ 3 and C# stay as written" in tty.content
+    assert docs["errors.html"].meta["title"] == "8. Errors and Exceptions"

@@ -5,7 +5,10 @@ as written so headings survive for section metadata — ``PyPDFToDocument``, and
 with trafilatura emitting markdown). What is written here is the checking around them: Haystack's
 converters log and skip a bad file, while a user indexing a folder needs to be told which file was
 skipped and why (empty, binary, not UTF-8, corrupted PDF, no extractable text, too large,
-permission denied — for a file or a whole folder), and one bad file must never abort the run.
+permission denied — for a file or a whole folder), and one bad file must never abort the run. Two
+things documentation sites need that the converter does not do: a heading's permalink mark ("¶", "#")
+is taken out of the HTML before conversion, and a page whose first heading is the site's banner is
+titled by its own name from ``<title>`` (:func:`_page_title`).
 
 A markdown file may open with YAML front matter (``---`` lines around ``key: value`` pairs, as static
 site generators write it): its scalar values become the document's metadata (``attribution``,
@@ -191,7 +194,10 @@ def _load_one(file: Path, source: str) -> LoadedFile:
         front, text = split_front_matter(text)
         if not text.strip():
             raise _Skip("no extractable text (front matter only)")
-    meta = {**front, "source": source, "file_type": kind, "title": _title(text, Path(source))}
+    title = _title(text)
+    if kind == "html":
+        title = _page_title(decoded, title)
+    meta = {**front, "source": source, "file_type": kind, "title": title or Path(source).stem.replace("_", " ")}
     return LoadedFile(path=file, source=source, sha256=digest, document=Document(content=text, meta=meta))
 
 
@@ -270,17 +276,46 @@ def _captured_logs(*names: str) -> Iterator[list[str]]:
             lg.propagate, lg.level = propagate, level
 
 
+# A heading's permalink: a link to its own anchor whose text is one symbol (Sphinx and MkDocs write "¶",
+# Node.js's docs "#", others "§" or "🔗"). Left in, it ends every section name ("TTY#") and heading line;
+# it is removed from the HTML, so a "¶" or "#" in the text itself stays.
+_PERMALINK = re.compile(
+    r"""<a\b[^>]*\bhref\s*=\s*["']#[^"']*["'][^>]*>\s*(?:#|¶|§|🔗|&para;|&#0*182;|&#x0*b6;|&sect;|&#0*167;)\s*</a>""", re.I
+)
+_HTML_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title>", re.I | re.S)
+_TITLE_SEPARATOR = re.compile(r"\s+(?:[|·•—–-]|::|»)\s+")
+
+
 def _convert_html(html: str) -> str:
     from haystack.components.converters import HTMLToDocument
     from haystack.dataclasses import ByteStream
 
     converter = HTMLToDocument(extraction_kwargs={"output_format": "markdown", "include_tables": True, "favor_recall": True})
+    html = _PERMALINK.sub("", html)
     docs = converter.run(sources=[ByteStream(data=html.encode("utf-8"), mime_type="text/html")])["documents"]
-    # Sphinx pages end every heading with a "¶" permalink; it is noise in titles and chunks.
-    return docs[0].content.replace("¶", "") if docs else ""
+    return docs[0].content if docs else ""
 
 
-def _title(text: str, file: Path) -> str:
+def _page_title(html: str, heading: str | None) -> str | None:
+    """The page's own name from its ``<title>`` when the page has no heading or its first is the site's name.
+
+    Documentation sites print the site's name as a banner heading on every page ("Node.js v20
+    documentation") and the page's name before it in ``<title>`` ("TTY | Node.js v20 documentation"):
+    titled by the heading, every page of the folder would carry one title, in the LLM's source tags
+    and in a clarifying question's choices alike. A page whose heading is its own name keeps it."""
+    from html import unescape
+
+    match = _HTML_TITLE.search(html)
+    if not match:
+        return heading
+    parts = _TITLE_SEPARATOR.split(" ".join(unescape(match.group(1)).split()))
+    if parts[0] and (heading is None or any(part.casefold() == heading.casefold() for part in parts[1:])):
+        return parts[0]
+    return heading
+
+
+def _title(text: str) -> str | None:
+    """The first heading, or a short first line that is not a sentence; None when the text opens with neither."""
     for line in text.splitlines()[:40]:
         stripped = line.strip()
         if stripped.startswith("#"):
@@ -289,4 +324,4 @@ def _title(text: str, file: Path) -> str:
             return stripped
         if stripped:
             break
-    return file.stem.replace("_", " ")
+    return None
