@@ -52,6 +52,10 @@ def test_pages_and_sections_are_recorded(chunker):
     md = Document(content="# Title\n\nIntro text.\n\n## Second part\n\nMore text here.", meta={})
     sections = [c.meta.get("section") for c in TokenChunker(chunk_tokens=8, overlap_tokens=0).run(documents=[md])["documents"]]
     assert sections[0] == "Title" and sections[-1] == "Second part"
+    # a chunk that opens with headings is under the last of them, not under a banner heading above it
+    page = Document(content="# Node.js v20 documentation\n\n## TTY\n\nThe tty module provides classes.\n\n### Class: ReadStream\n\nA readable stream.")
+    sections = [c.meta.get("section") for c in TokenChunker(chunk_tokens=12, overlap_tokens=0).run(documents=[page])["documents"]]
+    assert sections[0] == "TTY" and sections[-1] == "Class: ReadStream", sections
 
 
 def test_empty_document_gives_no_chunks(chunker):

@@ -16,7 +16,7 @@ Memory stays bounded on huge files: sentences go to the tokenizer in batches of 
 tokenizer call holding every token's offsets of the whole text (a 50 MB file took 3.7 GB that way).
 
 Each chunk's meta gets ``chunk_index``, ``char_start``/``char_end`` in the source text, ``page``
-(from form feeds, as PDF converters emit them) and ``section`` (the last markdown heading above it).
+(from form feeds, as PDF converters emit them) and ``section`` (the last markdown heading above it, or the last of the headings it opens with).
 
 Usage::
 
@@ -174,7 +174,7 @@ class TokenChunker:
             return []
 
         page_breaks = [m.start() for m in re.finditer("\f", text)]
-        headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(text)]
+        headings = [(m.start(), m.end(), m.group(1).strip()) for m in _HEADING.finditer(text)]
         heading_starts = [h[0] for h in headings]
         out = []
         for i, (start, end) in enumerate(chunks):
@@ -183,8 +183,15 @@ class TokenChunker:
             if page_breaks or meta.get("file_type") == "pdf":
                 meta["page"] = bisect.bisect_right(page_breaks, start) + 1
             h = bisect.bisect_right(heading_starts, start) - 1
+            # a chunk that opens with headings belongs to the last of them: a page's first chunk is under
+            # "## TTY", not under the site's "# Node.js documentation" banner above it
+            while h + 1 < len(headings) and headings[h + 1][0] < end:
+                body_from = max(start, headings[h][1]) if h >= 0 else start
+                if text[body_from:headings[h + 1][0]].strip():
+                    break
+                h += 1
             if h >= 0:
-                meta["section"] = headings[h][1]
+                meta["section"] = headings[h][2]
             out.append(Document(content=text[start:end].replace("\f", "\n"), meta=meta))
         return out
 
