@@ -113,3 +113,34 @@ def test_documentation_pages_lose_their_permalinks_and_are_titled_by_their_own_n
     assert "## TTY" in headings and "### Class: `tty.ReadStream`" in headings and "### Using C#" in headings, headings
     assert "Section ¶ 3 and C# stay as written" in tty.content
     assert docs["errors.html"].meta["title"] == "8. Errors and Exceptions"
+
+
+def _text_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF that shows ``lines``, one printed line each, as a justified layout breaks them."""
+    ops = "BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(ops)} >>\nstream\n{ops}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = "%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n" + "".join(f"{o:010d} 00000 n \n" for o in offsets)
+    return (out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").encode("latin-1")
+
+
+def test_words_a_pdf_layout_broke_across_lines_are_joined(tmp_path):
+    # as libtasn1's manual prints them: 23 words broken at line ends in 70,000 characters
+    (tmp_path / "manual.pdf").write_bytes(_text_pdf([
+        "The library supports the manip-", "ulation of DER encodings and well-", "known structures such as well-known",
+        "certificates, as RFC-", "5280 says.",
+    ]))
+    text = load_files(tmp_path).files[0].document.content
+    assert "manipulation of DER" in text and "manip-" not in text
+    assert "well-known structures" in text  # the same text writes it with its hyphen elsewhere
+    assert "RFC-\n5280" in text  # not a lower-case letter on both sides

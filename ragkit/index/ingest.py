@@ -8,7 +8,8 @@ skipped and why (empty, binary, not UTF-8, corrupted PDF, no extractable text, t
 permission denied — for a file or a whole folder), and one bad file must never abort the run. Two
 things documentation sites need that the converter does not do: a heading's permalink mark ("¶", "#")
 is taken out of the HTML before conversion, and a page whose first heading is the site's banner is
-titled by its own name from ``<title>`` (:func:`_page_title`).
+titled by its own name from ``<title>`` (:func:`_page_title`). One a PDF needs: words its layout broke
+across lines are joined again (:func:`join_broken_words`).
 
 A markdown file may open with YAML front matter (``---`` lines around ``key: value`` pairs, as static
 site generators write it): its scalar values become the document's metadata (``attribution``,
@@ -250,7 +251,25 @@ def _convert_pdf(file: Path) -> str:
     if not docs:
         details = list(dict.fromkeys(m.split("skipping. ", 1)[-1] for m in messages))
         raise _Skip("corrupted or unreadable PDF" + (f" ({'; '.join(details)})" if details else ""))
-    return docs[0].content or ""
+    return join_broken_words(docs[0].content or "")
+
+
+_LINE_END_HYPHEN = re.compile(r"(\w+)-\n(\w+)")
+
+
+def join_broken_words(text: str) -> str:
+    """Words a justified PDF layout broke across lines ("manip-\\nulation"), joined again: pypdf gives each
+    printed line as a line, and a broken word is two words to BM25, the embedder and an answer span. Only
+    a lower-case letter on both sides counts ("RFC-\\n5280" stays); a word the same text also writes
+    with its hyphen keeps it ("well-\\nknown" → "well-known" where "well-known" occurs elsewhere)."""
+    hyphenated = set(re.findall(r"\w+-\w+", text))
+
+    def join(m: re.Match) -> str:
+        left, right = m.group(1), m.group(2)
+        if not (left[-1].isalpha() and left[-1].islower() and right[0].isalpha() and right[0].islower()):
+            return m.group(0)
+        return f"{left}-{right}" if f"{left}-{right}" in hyphenated else left + right
+    return _LINE_END_HYPHEN.sub(join, text)
 
 
 @contextmanager
