@@ -7,7 +7,6 @@ Apart from :mod:`ragkit.ui.panel` because neither needs a widget; the panel re-e
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any, Callable
 
 from ragkit.eval.metrics import exact_match, f1_score
@@ -17,33 +16,8 @@ from ragkit.ui import plots
 
 
 def prepare_one_time(rag: AgenticRAG) -> dict[str, float]:
-    """Do ``rag``'s one-time work now, before a question is timed; returns what ran and its seconds
-    (nothing for work already done in this process): loading the embedding model and the LLM, and
-    the bi-encoder reranker's sentence vectors (the ``sentence_vectors`` step, ~45 s on first use
-    of an index). Each would otherwise land in the first question's latency."""
-    done: dict[str, float] = {}
-
-    def timed(label: str, work: Callable[[], Any], ran: Callable[[Any, float], bool]) -> None:
-        started = time.perf_counter()
-        try:
-            out = work()
-        except Exception:  # ask() meets the same failure inside a traced step, where it is recorded and shown
-            return
-        seconds = time.perf_counter() - started
-        if ran(out, seconds):
-            done[label] = seconds
-
-    retriever = getattr(rag, "retriever", None)
-    if retriever is not None:
-        # the embedding model is shared by the process: only a first load takes measurable time
-        timed("embedding model load", lambda: retriever.embedder, lambda _, seconds: seconds > 0.05)
-    generator = rag.chat_generator
-    if getattr(generator, "_model", True) is None and hasattr(generator, "warm_up"):  # llama.cpp, not loaded yet
-        timed("LLM load", generator.warm_up, lambda _, __: True)
-    f = rag.features
-    if f.rerank and f.rerank_backend == "bi-encoder" and hasattr(rag, "prepare_sentence_vectors"):
-        timed("sentence vectors", rag.prepare_sentence_vectors, lambda work, _: bool((work or {}).get("embedded") or (work or {}).get("loaded")))
-    return done
+    """Do ``rag``'s one-time work now, before a question is timed: :meth:`AgenticRAG.prepare_one_time`."""
+    return rag.prepare_one_time()
 
 
 def run_ablation(

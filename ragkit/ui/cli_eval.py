@@ -160,6 +160,8 @@ def cmd_eval(args, console) -> int:
     from ragkit.ui.eval_terminal import run_summary
 
     console.print(run_summary({"run": run.meta, "aggregates": summary["aggregates"]}, str(run.directory)))
+    if run.setup_seconds:
+        console.print("before the first question, in no question's seconds: " + ", ".join(f"{what} {s:.1f} s" for what, s in run.setup_seconds.items()))
     return 0
 
 
