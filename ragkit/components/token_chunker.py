@@ -16,7 +16,8 @@ Memory stays bounded on huge files: sentences go to the tokenizer in batches of 
 tokenizer call holding every token's offsets of the whole text (a 50 MB file took 3.7 GB that way).
 
 Each chunk's meta gets ``chunk_index``, ``char_start``/``char_end`` in the source text, ``page``
-(from form feeds, as PDF converters emit them) and ``section`` (the last markdown heading above it, or the last of the headings it opens with).
+(from form feeds, as PDF converters emit them) and ``section`` (the last markdown heading above it,
+or the last of the headings it opens with).
 
 Usage::
 

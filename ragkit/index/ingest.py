@@ -296,7 +296,7 @@ def _captured_logs(*names: str) -> Iterator[list[str]]:
 
 
 # A heading's permalink: a link to its own anchor whose text is one symbol (Sphinx and MkDocs write "¶",
-# Node.js's docs "#", others "§" or "🔗"). Left in, it ends every section name ("TTY#") and heading line;
+# Node.js's docs "#", others "§" or "🔗"). Left in, it ends every heading line of the chunks ("## TTY#");
 # it is removed from the HTML, so a "¶" or "#" in the text itself stays.
 _PERMALINK = re.compile(
     r"""<a\b[^>]*\bhref\s*=\s*["']#[^"']*["'][^>]*>\s*(?:#|¶|§|🔗|&para;|&#0*182;|&#x0*b6;|&sect;|&#0*167;)\s*</a>""", re.I
