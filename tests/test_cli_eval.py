@@ -42,6 +42,8 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
     said = capsys.readouterr()
     assert "not read 1 file(s) of other types (1 .jpg)" in " ".join(said.out.split()), said.out
     assert re.search(r"questions kept: *\d+%\|.*\| \d+/\d+ .*\d+ tried", said.err)  # minutes of LLM calls show a bar
+    tried = re.findall(r"(\d+) tried", said.err)[-1]  # the summary counts what the bar counted (it said 49 to the bar's 45)
+    assert f"from {tried} questions tried" in " ".join(said.out.split()), said.out
     items = [json.loads(line) for line in (environment / "set.jsonl").read_text().splitlines()]
     assert items and all(i["kind"] in ("single", "paraphrase", "multi", "unanswerable") for i in items)
     for item in items:
@@ -51,7 +53,7 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
             chunk = RagIndex.load(environment / "index").chunks[item["chunks"][0]]
             assert item["answers"][0] in chunk.content
     report = json.loads((environment / "set.jsonl.report.json").read_text())
-    assert report["accepted"] == len(items) and report["by_kind"]
+    assert report["accepted"] == len(items) and report["by_kind"] and report["questions_tried"] == int(tried)
     for reason, n in report["rejected_by_reason"].items():  # a reason a line, its count beside it (a wrap parted them)
         assert re.search(rf"(?m)^ +(rejected +)?{n} {reason.replace('_', ' ')} *$", said.out), said.out
     for strategy in ("plain", "sparse_only"):

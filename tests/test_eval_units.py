@@ -105,7 +105,7 @@ def test_a_question_that_points_at_its_source_text_is_not_standalone():
 def test_the_notebooks_generation_table_gives_the_reasons_in_words_most_first():
     from ragkit.ui.eval_view import generation_html
 
-    summary = {"accepted": 3, "candidates": 9, "requested": 3, "llm_calls": 12, "cache_hits": 0, "seconds": 40.0,
+    summary = {"accepted": 3, "candidates": 9, "questions_tried": 9, "requested": 3, "llm_calls": 12, "cache_hits": 0, "seconds": 40.0,
                "by_kind": {"single": {"in_set": 3, "candidates": 9, "accepted": 3, "acceptance": 0.333,
                                       "rejected": {"no_answer_span": 1, "refers_to_its_text": 3, "answer_in_most_chunks": 2}}}}
     assert "refers to its text 3, answer in most chunks 2, no answer span 1" in generation_html(summary)

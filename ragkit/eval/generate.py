@@ -51,8 +51,7 @@ MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's
 ANSWERED_F1 = 0.5
 # An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%; SQuAD's generated answers: 12% at
 # most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
-COMMON_ANSWER_SHARE = 0.25
-COMMON_ANSWER_MIN_CHUNKS = 3
+COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
 DUPLICATE_OVERLAP = 0.8
 # A question pointing at the text it was written from ("in the sentence", "these systems") cannot be asked of a corpus:
 # no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
@@ -102,6 +101,7 @@ class GenerationReport:
             "requested": self.requested,
             "accepted": sum(self.in_set.values()),  # the items written (a single question that became a part is not one)
             "candidates": sum(e["candidates"] for e in self.by_kind.values()),
+            "questions_tried": sum(self.by_kind.get(k, {}).get("candidates", 0) for k in ("single", "paraphrase")),  # written from a chunk: the bar's "tried"
             "by_kind": {k: {**e, "acceptance": round(e["accepted"] / e["candidates"], 3) if e["candidates"] else 0.0, "in_set": self.in_set.get(k, 0)}
                         for k, e in self.by_kind.items()},
             "rejected_by_reason": dict(sorted(rejected.items(), key=lambda kv: -kv[1])),

@@ -67,7 +67,7 @@ def cmd_testset_generate(args, console) -> int:
         bar.close()
     save_testset(items, args.output)
     summary = report.summary()
-    console.print(f"wrote {shown(args.output)}: {len(items)} items of {args.n} asked, from {summary['candidates']} candidates "
+    console.print(f"wrote {shown(args.output)}: {len(items)} items of {args.n} asked, from {summary['questions_tried']} questions tried "
                   f"({summary['llm_calls']} LLM calls, {summary['cache_hits']} cache hits, {summary['seconds']:.0f} s)")
     for kind, entry in summary["by_kind"].items():
         console.print(f"  {kind:13} {entry['in_set']:3} in the set; {entry['accepted']:3} of {entry['candidates']:3} candidates passed ({entry['acceptance']:.0%})")

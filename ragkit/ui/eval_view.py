@@ -33,7 +33,7 @@ def generation_html(summary: dict[str, Any]) -> str:
              # in words, most first, as `ragkit testset generate` prints them ("refers to its text 5", not "refers_to_its_text 5")
              "rejected": ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(e["rejected"].items(), key=lambda rn: -rn[1])) or "–"}
             for kind, e in summary["by_kind"].items()]
-    head = (f"<p>{summary['accepted']} items from {summary['candidates']} candidates ({summary['requested']} asked for), "
+    head = (f"<p>{summary['accepted']} items from {summary['questions_tried']} questions tried ({summary['requested']} asked for), "
             f"{summary['llm_calls']} LLM calls, {summary['cache_hits']} from the cache, {summary['seconds']:.0f} s</p>")
     return head + table_html(rows)
 
