@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-
+import random
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,11 +96,31 @@ def test_a_question_that_points_at_its_source_text_is_not_standalone():
     # written by the embedded models from SQuAD paragraphs and from pyenv's README
     for question in ["What is the name of the city in the sentence?", "In what year did the largest of these earthquakes occur?",
                      "Which type of computer is mentioned in the given sentence?", "What is described in this paragraph?",
-                     "Which programming language is not included in any of the specified versions?", "Which architect listed above won?"]:
+                     "Which programming language is not included in any of the specified versions?", "Which architect listed above won?",
+                     # from Node.js's API pages and the AWS CLI's docs (both kept, then joined into two-part items)
+                     "What is the name of the Python interpreter used in the given example?", "What operating system does the following error codes apply to?"]:
         assert refers_to_its_text(question), question
     for question in ["The passage of what act gave Victoria its own government?", "Who wrote the text of the Declaration?",
-                     "Where was Tesla born?", "What sentence did the court hand down in 1921?"]:
+                     "Where was Tesla born?", "What sentence did the court hand down in 1921?", "Who won the title the following year?",
+                     "Which table did the treaty's signatories sit at?"]:
         assert not refers_to_its_text(question), question
+
+
+def test_a_table_of_contents_line_gives_no_answer_its_number_is_a_page():
+    # libtasn1's PDF manual: "What number of errors does ASN.1_strerror return?" -> "22", its page
+    from haystack import Document
+
+    from ragkit.eval.generate import TOC_ENTRY, _candidate
+
+    toc = Document(content="5.12 asn1_strerror . . . . . . . . . . . . . . . . . . . . . . 22\nasn1_write_value . . . . . . . . . . . . . . . 11\n"
+                           "Index of functions and data types ........................ 31")
+    def never(*args, **kwargs):
+        pytest.fail("the LLM was asked about a table of contents")
+
+    llm = SimpleNamespace(run=never)
+    assert _candidate(toc, "single", llm, never, random.Random(0), [], False, lambda answer: False) == (None, "no_answer_span")
+    for sentence in ["Python 3.10.4 was released in March 2022 . . . and 3.11 followed.", "It returns 22 on success."]:
+        assert not TOC_ENTRY.search(sentence), sentence
 
 
 def test_the_notebooks_generation_table_gives_the_reasons_in_words_most_first():

@@ -3,8 +3,8 @@
 Answer first, question second — the way a small model can be made to write usable items:
 
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
-   proper name (:func:`answer_spans`), so the answer is a verbatim span of its chunk by construction; a span
-   in over a quarter of the corpus's chunks is never picked (:func:`answer_in_most_chunks`): it names no chunk;
+   proper name (:func:`answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
+   of contents (a page number), nor one in over a quarter of the chunks (:func:`answer_in_most_chunks`: it names none);
 2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
    (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
    mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
@@ -57,9 +57,10 @@ DUPLICATE_OVERLAP = 0.8
 # no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
 SOURCE_REFERENCE = re.compile(
     r"\b(?:the|this|that|given|above|following)\s+(?:sentences?|passages?(?!\s+of\b)|paragraphs?|excerpts?|snippets?)\b"
-    r"|\b(?:given|above|following|preceding)\s+(?:text|context|document|statement|section)\b"
+    r"|\b(?:given|above|following|preceding|previous)\s+(?:text|context|document|statement|section|examples?|code|commands?|lists?|tables?|outputs?|error\s+codes?)\b"
     r"|\b(?:mentioned|described|stated|listed|shown)\s+(?:above|below|here)\b"
-    r"|\bthe\s+(?:specified|aforementioned|chosen)\b|\bthese\b", re.IGNORECASE)
+    r"|\bthe\s+(?:specified|aforementioned|chosen)\b|\bthese\b|\bin\s+the\s+example\b", re.IGNORECASE)
+TOC_ENTRY = re.compile(r"(?:\.\s?){4,}\s*(?:\d+|[ivxlc]+)\b")  # "asn1_strerror . . . . 22": its number is a page, not a fact
 QUESTION_WORDS = {"time": ["When", "In what year", "In which year"], "number": ["How many", "How much", "What number of"],
                   "name": ["Who", "What", "Which", "Where", "What is the name of"]}
 # Entities no corpus of ordinary documents is likely to mention; each is checked against the index.
@@ -368,7 +369,7 @@ def generate_testset(
 def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool,
                too_common: Callable[[str], bool]) -> tuple[EvalItem | None, str]:
     text = chunk.content or ""
-    sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not text[a:b].lstrip().startswith("#")]
+    sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not (text[a:b].lstrip().startswith("#") or TOC_ENTRY.search(text[a:b]))]
     options = [(s, span, t) for s in sentences for span, t in answer_spans(s)]
     if not options:
         return None, "no_answer_span"
