@@ -123,6 +123,20 @@ def test_a_table_of_contents_line_gives_no_answer_its_number_is_a_page():
         assert not TOC_ENTRY.search(sentence), sentence
 
 
+def test_an_answer_a_kept_item_has_is_not_asked_for_again():
+    # libtasn1's manual: 4 of 9 items were answered "DER", most of them vague ("the structure used to encode data")
+    from haystack import Document
+
+    from ragkit.eval.generate import _candidate
+
+    def never(*args, **kwargs):
+        pytest.fail("the LLM was asked for an answer a kept item already has")
+
+    chunk = Document(content="The function fills the structure with the values of a DER encoding string.")
+    kept = [EvalItem("What encoding does asn1_der_coding produce?", ["DER"], kind="single", chunks=["c0"])]
+    assert _candidate(chunk, "single", SimpleNamespace(run=never), never, random.Random(0), kept, False, lambda answer: False) == (None, "answer_already_asked")
+
+
 def test_the_notebooks_generation_table_gives_the_reasons_in_words_most_first():
     from ragkit.ui.eval_view import generation_html
 

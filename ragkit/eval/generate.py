@@ -4,7 +4,7 @@ Answer first, question second — the way a small model can be made to write usa
 
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
    proper name (:func:`answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
-   of contents (a page number), nor one in over a quarter of the chunks (:func:`answer_in_most_chunks`: it names none);
+   of contents (a page number), in over a quarter of the chunks (:func:`answer_in_most_chunks`) or a kept item's answer;
 2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
    (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
    mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
@@ -48,11 +48,10 @@ from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_liter
 
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
-ANSWERED_F1 = 0.5
+ANSWERED_F1, DUPLICATE_OVERLAP = 0.5, 0.8
 # An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%; SQuAD's generated answers: 12% at
 # most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
 COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
-DUPLICATE_OVERLAP = 0.8
 # A question pointing at the text it was written from ("in the sentence", "these systems") cannot be asked of a corpus:
 # no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
 SOURCE_REFERENCE = re.compile(
@@ -327,7 +326,7 @@ def generate_testset(
             if not open_kinds or not ids:
                 break
             kind = min(open_kinds, key=lambda k: len(kept[k]) / need[k])  # the kind furthest behind
-            seen = [item.question for items in kept.values() for item in items]
+            seen = [item for items in kept.values() for item in items]
             item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, seen, judge, too_common)
             report.count(kind, outcome)
             if item is not None:
@@ -335,8 +334,7 @@ def generate_testset(
             if progress:
                 progress(sum(len(v) for v in kept.values()), sum(need.values()))
     report.llm_calls, report.cache_hits = trace.llm_calls, trace.cache_hits
-    items = kept["paraphrase"][: wanted["paraphrase"]]
-    pool = kept["single"]
+    items, pool = kept["paraphrase"][: wanted["paraphrase"]], kept["single"]
     rng.shuffle(pool)
     plain = [pool.pop() for _ in range(min(wanted["single"], len(pool)))]
     items += plain
@@ -349,8 +347,7 @@ def generate_testset(
             pool.remove(partner)
             items.append(join_parts(first, partner))
             joined += 1
-    used: set[str] = set()
-    swapped_n = 0
+    used, swapped_n = set(), 0  # the absent entities put in so far, and the unanswerable items made
     for source in pool + plain:
         if swapped_n >= wanted["unanswerable"]:
             break
@@ -366,7 +363,7 @@ def generate_testset(
     return items, report
 
 
-def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[str], judge: bool,
+def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[EvalItem], judge: bool,
                too_common: Callable[[str], bool]) -> tuple[EvalItem | None, str]:
     text = chunk.content or ""
     sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not (text[a:b].lstrip().startswith("#") or TOC_ENTRY.search(text[a:b]))]
@@ -376,6 +373,9 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
     options = [option for option in options if not too_common(option[1])]
     if not options:  # decided before the LLM is asked anything
         return None, "answer_in_most_chunks"
+    asked = {normalize_answer(a) for item in kept for a in item.answers}  # an answer per item: 4 of 9 from a manual were "DER"
+    if not (options := [option for option in options if normalize_answer(option[1]) not in asked]):
+        return None, "answer_already_asked"
     sentence, answer, answer_kind = rng.choice(options)
     question, why = write_question(generator, sentence, answer, answer_kind, paraphrase=kind == "paraphrase")
     if question is None:
@@ -386,7 +386,7 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
         return None, "copies_the_chunk"
     if refers_to_its_text(question):
         return None, "refers_to_its_text"
-    if is_near_duplicate(question, kept):
+    if is_near_duplicate(question, [item.question for item in kept]):
         return None, "duplicate"
     returned = answered_from_chunk(answer_step, question, chunk, answer)
     if returned < ANSWERED_F1:
