@@ -114,6 +114,7 @@ def test_a_table_of_contents_line_gives_no_answer_its_number_is_a_page():
 
     toc = Document(content="5.12 asn1_strerror . . . . . . . . . . . . . . . . . . . . . . 22\nasn1_write_value . . . . . . . . . . . . . . . 11\n"
                            "Index of functions and data types ........................ 31")
+
     def never(*args, **kwargs):
         pytest.fail("the LLM was asked about a table of contents")
 

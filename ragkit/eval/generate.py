@@ -326,8 +326,8 @@ def generate_testset(
             if not open_kinds or not ids:
                 break
             kind = min(open_kinds, key=lambda k: len(kept[k]) / need[k])  # the kind furthest behind
-            seen = [item for items in kept.values() for item in items]
-            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, seen, judge, too_common)
+            kept_items = [item for items in kept.values() for item in items]
+            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, kept_items, judge, too_common)
             report.count(kind, outcome)
             if item is not None:
                 kept[kind].append(item)
