@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -114,6 +116,40 @@ def test_a_server_that_never_answers_is_stopped_and_reported(tmp_path, monkeypat
         start_llama_server(str(gguf), timeout=2)
     pid = int((tmp_path / "pid").read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+STUBBORN_SERVER = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a graceful stop that never ends, as llama-server's can hang
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_a_server_whose_parent_dies_is_killed_even_if_it_ignores_sigterm(tmp_path):
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN_SERVER)
+    binary = fake_binary(tmp_path, f'exec {sys.executable} {script} "$@"')
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    starter = ("import os; from ragkit.llm.server import start_llama_server; "
+               f"print(start_llama_server({str(gguf)!r}, timeout=30).pid, flush=True); os._exit(0)")
+    done = subprocess.run([sys.executable, "-c", starter], env={**os.environ, LLAMA_SERVER_ENV: str(binary)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    server = psutil.Process(int(done.stdout.split()[-1]))  # its parent has exited
+    deadline = time.monotonic() + 10
+    while server.is_running() and server.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+    if alive:
+        server.kill()
+    assert not alive
 
 
 def test_serving_the_llm_of_a_pipeline_without_an_in_process_model_is_refused(tmp_path, capsys):

@@ -11,7 +11,7 @@ the model without queueing behind each other's whole answer.
   in-process model runs: ``scripts/build_llama_server.sh``), else ``llama-server`` on ``PATH``.
 * :func:`start_llama_server` — starts it on 127.0.0.1 and a free port, waits for ``/health``, and
   returns a :class:`LlamaServer` (its ``url`` is the OpenAI base URL; ``stop()`` stops it by pid).
-  With ``die_with_parent`` the kernel stops it when the process that started it exits (Linux).
+  With ``die_with_parent`` the kernel kills it when the thread that started it exits (Linux).
 * :func:`served_pipeline` — an exported pipeline's YAML with every in-process llama.cpp generator
   replaced by Haystack's ``OpenAIChatGenerator`` on that URL, same model name, same greedy settings.
 
@@ -79,8 +79,14 @@ def find_llama_server() -> Path:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # SIGKILL, not SIGTERM: the kernel sends this signal each time the child is handed to a new parent,
+    # and a process with many threads (Hayhooks) hands it on from thread to thread as they exit, so it
+    # came two or three times in 5 of 6 stops of `ragkit serve --llm-server`; llama-server takes a second
+    # SIGTERM as "exit now", calling exit() inside its signal handler, which can hang (once in CI its
+    # server stayed up after Hayhooks had gone). With the parent gone nobody waits on a graceful stop,
+    # and llama-server keeps nothing to save.
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass

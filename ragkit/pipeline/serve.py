@@ -18,7 +18,7 @@ started with (stop it with that pid). Endpoints (Hayhooks'):
 Hayhooks' local tracing dashboard is turned off; nothing is sent anywhere.
 
 ``--llm-server`` serves the LLM too: llama.cpp's ``llama-server`` with ``parallel`` slots starts first
-(:mod:`ragkit.llm.server`, stopped by the kernel when the Hayhooks process exits), and the pipeline's
+(:mod:`ragkit.llm.server`, killed by the kernel when the Hayhooks process exits), and the pipeline's
 in-process generators are replaced by ``OpenAIChatGenerator`` on it, so concurrent users' questions
 run side by side instead of one at a time (an in-process model answers one question at a time).
 
