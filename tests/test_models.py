@@ -25,6 +25,21 @@ def test_missing_embedder_package_names_the_pip_command(monkeypatch):
         resolve_embedder()
 
 
+def test_the_embedder_loads_without_transformers_weight_bar_and_leaves_the_bar_setting_as_it_was(capfd):
+    from transformers.utils import logging as transformers_logging
+
+    from ragkit.llm.portable import PortableTextEmbedder
+
+    before = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()  # as in a fresh notebook kernel
+    try:
+        PortableTextEmbedder().warm_up()
+        assert "Loading weights" not in capfd.readouterr().err
+        assert transformers_logging.is_progress_bar_enabled()
+    finally:
+        (transformers_logging.enable_progress_bar if before else transformers_logging.disable_progress_bar)()
+
+
 @pytest.fixture
 def fake_parts(tmp_path, monkeypatch):
     """Three tiny part packages on sys.path, and an EmbeddedGGUF spec that names them."""

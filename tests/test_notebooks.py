@@ -36,5 +36,7 @@ def test_runs_top_to_bottom(path, monkeypatch):
     NotebookClient(book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    shown = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for c in book.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "Loading weights" not in shown  # transformers' bar: a stray widget a learner reads as something to wait for
     figures = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert figures, f"{path.name} drew no figure"

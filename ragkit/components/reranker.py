@@ -38,7 +38,6 @@ Usage::
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -102,10 +101,11 @@ class Reranker:
         if self.backend == "cross-encoder" and self._ranker is None:
             from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersSimilarityRanker
 
-            from ragkit.llm.models import resolve_embedder
+            from ragkit.llm.models import quiet_weight_loading, resolve_embedder
 
             self._ranker = SentenceTransformersSimilarityRanker(model=resolve_embedder(self.model), top_k=1_000_000, scale_score=True)
-            self._ranker.warm_up()
+            with quiet_weight_loading():
+                self._ranker.warm_up()
         elif self.backend == "bi-encoder" and self._embedder is None:
             from ragkit.llm.generators import shared_text_embedder
 

@@ -57,6 +57,7 @@ def index_documents(docs: list[Document], index_dir: str | Path, embedder: str =
     from ragkit.config import ModelConfig
     from ragkit.index.store import RagIndex
     from ragkit.llm.generators import build_document_embedder
+    from ragkit.llm.models import quiet_weight_loading
 
     index_dir = Path(index_dir)
     if RagIndex.exists(index_dir):
@@ -67,7 +68,8 @@ def index_documents(docs: list[Document], index_dir: str | Path, embedder: str =
         except Exception:  # stale, foreign or damaged: rebuild below
             pass
     embed = build_document_embedder(ModelConfig(embedder=embedder), progress_bar=progress, batch_size=64)
-    embed.warm_up()
+    with quiet_weight_loading():
+        embed.warm_up()
     embedded = embed.run(documents=[Document(id=d.id, content=d.content, meta=dict(d.meta)) for d in docs])["documents"]
     index = RagIndex(embedder=embedder, dim=len(embedded[0].embedding))
     index.add(embedded)

@@ -46,6 +46,7 @@ from ragkit.index.servers import redacted
 from ragkit.index.stores import is_store_url, open_store, store_write_lock
 from ragkit.index.versions import IndexNotFoundError, StoreUnavailableError
 from ragkit.llm.generators import build_document_embedder
+from ragkit.llm.models import quiet_weight_loading
 
 
 @dataclass
@@ -169,13 +170,15 @@ def _update(
             report.added = [f.source for f in todo]
     if leaves:
         embedder = build_document_embedder(config.models, progress_bar=progress)
-        embedder.warm_up()
+        with quiet_weight_loading():
+            embedder.warm_up()
         leaves = embedder.run(documents=leaves)["documents"]
     on_store = is_store_url(index_dir)
     if index is None:
         if embedder is None:
             embedder = build_document_embedder(config.models, progress_bar=False)
-            embedder.warm_up()
+            with quiet_weight_loading():
+                embedder.warm_up()
         model = embedder.embedding_backend.model
         dim = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
         index = open_store(str(index_dir), embedder=config.models.embedder, dim=dim) if on_store else RagIndex(embedder=config.models.embedder, dim=dim)

@@ -19,8 +19,10 @@ import hashlib
 import importlib.util
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 __all__ = [
     "EMBEDDED_EMBEDDER",
@@ -137,6 +139,25 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
 def hub_offline() -> bool:
     """Whether sentence-transformers may only read local files (``HF_HUB_OFFLINE``, which ragkit sets)."""
     return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+
+
+@contextmanager
+def quiet_weight_loading() -> Iterator[None]:
+    """Without transformers' "Loading weights: 100% 103/103" bar while a model loads, then as before:
+    the embedder loads in a second, and the bar is a line of noise above a command's output or a stray
+    widget in a notebook cell, where a learner reads it as something to wait for."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # a remote-only setup without transformers has no such bar
+        yield
+        return
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            transformers_logging.enable_progress_bar()
 
 
 def check_gguf(model: str) -> None:

@@ -30,7 +30,7 @@ from haystack_integrations.components.embedders.sentence_transformers import Sen
 from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
 
 from ragkit.llm.aligned_reuse import attach
-from ragkit.llm.models import hub_offline, resolve_embedder, resolve_gguf
+from ragkit.llm.models import hub_offline, quiet_weight_loading, resolve_embedder, resolve_gguf
 
 
 _LOADING = threading.Lock()
@@ -144,7 +144,8 @@ class PortableTextEmbedder(SentenceTransformersTextEmbedder):
     def warm_up(self) -> None:
         if self.embedding_backend is None:
             self.model, self.local_files_only = resolve_embedder(self.model_name), hub_offline()
-        SentenceTransformersTextEmbedder.warm_up(self)
+        with quiet_weight_loading():
+            SentenceTransformersTextEmbedder.warm_up(self)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
