@@ -35,6 +35,14 @@ from ragkit.pipeline.features import Features
 from ragkit.ui.cli import main
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: not when it is gone, nor when it is a zombie no parent has reaped yet."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def fake_binary(tmp_path, body: str):
     path = tmp_path / "llama-server"
     path.write_text("#!/bin/sh\n" + body + "\n")
@@ -115,7 +123,7 @@ def test_a_server_that_never_answers_is_stopped_and_reported(tmp_path, monkeypat
     with pytest.raises(LlamaServerError, match="did not become ready"):
         start_llama_server(str(gguf), timeout=2)
     pid = int((tmp_path / "pid").read_text())
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not running(pid)
 
 
 STUBBORN_SERVER = """
@@ -142,13 +150,13 @@ def test_a_server_whose_parent_dies_is_killed_even_if_it_ignores_sigterm(tmp_pat
     done = subprocess.run([sys.executable, "-c", starter], env={**os.environ, LLAMA_SERVER_ENV: str(binary)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    server = psutil.Process(int(done.stdout.split()[-1]))  # its parent has exited
+    pid = int(done.stdout.split()[-1])  # its parent has exited
     deadline = time.monotonic() + 10
-    while server.is_running() and server.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+    alive = running(pid)
     if alive:
-        server.kill()
+        os.kill(pid, signal.SIGKILL)
     assert not alive
 
 
@@ -193,7 +201,7 @@ def test_llama_server_decodes_as_the_in_process_model_and_serves_two_requests_at
         with urllib.request.urlopen(server.url.removesuffix("/v1") + "/slots", timeout=10) as reply:
             assert len(json.loads(reply.read())) == 2  # two slots
         pid = server.pid
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not running(pid)
 
 
 @pytest.mark.integration
@@ -218,6 +226,6 @@ def test_ragkit_serve_with_the_llm_server_answers_and_its_llm_stops_with_it(samp
         os.kill(started[0].pid, signal.SIGTERM)  # the server stopped by its pid alone: its llama-server goes with it
         started[0].wait(30)
         deadline = time.monotonic() + 15
-        while llm[0].is_running() and llm[0].status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        while running(llm[0].pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not llm[0].is_running() or llm[0].status() == psutil.STATUS_ZOMBIE
+        assert not running(llm[0].pid)
