@@ -220,6 +220,8 @@ def test_ragkit_serve_with_the_llm_server_answers_and_its_llm_stops_with_it(samp
         with urllib.request.urlopen(request, timeout=300) as response:
             reply = json.loads(response.read())["choices"][0]["message"]["content"]
         assert "Broncos" in reply and "[1] wikipedia/Super_Bowl_50.md" in reply
+        log = (tmp_path / "serve.log").read_text()
+        assert "Skipping pipeline" not in log and "1/1 pipelines deployed" in log  # the served YAML is not deployed as a second one
         # the model is llama-server's: its weights are mapped there, not in the Hayhooks process
         assert any(m.path.endswith(".gguf") for m in llm[0].memory_maps())
         assert not any(m.path.endswith(".gguf") for m in hayhooks.memory_maps())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.error
 import urllib.request
 
 import pytest
@@ -195,7 +196,18 @@ def test_a_reply_matching_no_option_is_asked_again_then_answered_without_narrowi
 def test_ragkit_serve_streams_the_answer_then_its_sources_as_server_sent_events(sample_index_dir, fast_config, tmp_path):
     yaml_path = tmp_path / "pipeline.yaml"
     yaml_path.write_text(export_yaml(Features(answer_mode="free"), sample_index_dir, fast_config))
-    with ragkit_serve(yaml_path, tmp_path / "serve.log", env={**os.environ, "RAGKIT_DATA": str(tmp_path / "data")}) as url:
+    env = {key: value for key, value in os.environ.items() if key != "HAYHOOKS_CORS_ALLOW_ORIGINS"}
+    with ragkit_serve(yaml_path, tmp_path / "serve.log", env={**env, "RAGKIT_DATA": str(tmp_path / "data")}) as url:
+        # a page from another origin may not read the replies: its browser's preflight is not granted
+        preflight = urllib.request.Request(f"{url}/v1/chat/completions", method="OPTIONS", headers={
+            "Origin": "https://example.org", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"})
+        try:
+            with urllib.request.urlopen(preflight, timeout=10) as response:
+                granted = response.headers.get("Access-Control-Allow-Origin")
+        except urllib.error.HTTPError as refused:
+            granted = refused.headers.get("Access-Control-Allow-Origin")
+        assert granted is None
+        assert "Using default CORS settings" not in (tmp_path / "serve.log").read_text()
         body = {"model": "ragkit", "stream": True, "messages": [user("Which team won Super Bowl 50?")]}
         request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         events = []

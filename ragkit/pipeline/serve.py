@@ -15,7 +15,9 @@ started with (stop it with that pid). Endpoints (Hayhooks'):
   With ``"stream": true`` the reply comes as server-sent events — the answer's tokens as they are
   generated, then the sources and confidence — ending with ``data: [DONE]`` (:class:`DoneMarker`).
 
-Hayhooks' local tracing dashboard is turned off; nothing is sent anywhere.
+Hayhooks' local tracing dashboard is turned off; nothing is sent anywhere. No web page from another
+origin may read the replies (Hayhooks' default allows every origin); name the origins that may in
+``HAYHOOKS_CORS_ALLOW_ORIGINS`` (a JSON list, e.g. ``'["http://localhost:3000"]'``).
 
 ``--llm-server`` serves the LLM too: llama.cpp's ``llama-server`` with ``parallel`` slots starts first
 (:mod:`ragkit.llm.server`, killed by the kernel when the Hayhooks process exits), and the pipeline's
@@ -27,8 +29,8 @@ Usage::
     ragkit export --all-features -o pipeline.yaml
     ragkit serve pipeline.yaml --port 1416
     ragkit serve pipeline.yaml --llm-server --parallel 4     # the LLM behind llama-server, 4 slots
-    curl -s localhost:1416/v1/chat/completions -d '{"model": "ragkit", "messages": [{"role": "user", "content": "Where was Tesla born?"}]}'
-    curl -sN localhost:1416/v1/chat/completions -d '{"model": "ragkit", "stream": true, "messages": [
+    curl -s localhost:1416/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "ragkit", "messages": [{"role": "user", "content": "Where was Tesla born?"}]}'
+    curl -sN localhost:1416/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "ragkit", "stream": true, "messages": [
         {"role": "user", "content": "Where was Nikola Tesla born?"}, {"role": "assistant", "content": "Smiljan [1]"},
         {"role": "user", "content": "and what did he study?"}]}'
 """
@@ -123,12 +125,15 @@ def with_done_marker(make_app: Callable[[], Any]) -> Callable[[], Any]:
 def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416, llm_server: bool = False, parallel: int = 4) -> int:
     path = Path(pipeline_yaml).resolve()
     load_exported(path)  # fail here, with a clear error, rather than inside the server
-    folder = Path(tempfile.mkdtemp(prefix="ragkit-hayhooks-")) / PIPELINE_NAME
-    folder.mkdir()
+    work = Path(tempfile.mkdtemp(prefix="ragkit-hayhooks-"))
+    folder = work / "pipelines" / PIPELINE_NAME  # Hayhooks deploys every YAML in its folder: only the wrapper goes there
+    folder.mkdir(parents=True)
     if llm_server:
-        path = _with_served_llm(path, folder.parent, parallel)
+        path = _with_served_llm(path, work, parallel)
     (folder / "pipeline_wrapper.py").write_text("from ragkit.pipeline.serve import PipelineWrapper  # noqa: F401\n", encoding="utf-8")
-    env = {**os.environ, YAML_ENV: str(path)}
+    # Hayhooks lets every web origin read its replies (CORS "*"): any page open in the user's browser could
+    # ask their documents through 127.0.0.1. None may, unless the user names some in this variable.
+    env = {"HAYHOOKS_CORS_ALLOW_ORIGINS": "[]", **os.environ, YAML_ENV: str(path)}
     # `python -m hayhooks` does nothing (its __main__ is empty): call the CLI its console script calls, its
     # app factory wrapped so that event streams end as OpenAI's do
     launcher = (
@@ -142,7 +147,8 @@ def serve(pipeline_yaml: str | Path, host: str = "127.0.0.1", port: int = 1416, 
 
 def _with_served_llm(path: Path, folder: Path, parallel: int) -> Path:
     """Start llama-server for the pipeline's model; the pipeline, its generators on that server, written
-    into ``folder``. The server is this process's child and dies with it (the Hayhooks process, after execve)."""
+    into ``folder`` (not Hayhooks' pipelines folder, where it would be deployed as a second pipeline, and
+    fail). The server is this process's child and is killed when it exits (the Hayhooks process, after execve)."""
     import yaml
 
     from ragkit.llm.server import in_process_models, served_pipeline, start_llama_server
