@@ -18,7 +18,6 @@ Usage::
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from haystack.utils import Secret
