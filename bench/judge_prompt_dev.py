@@ -79,6 +79,17 @@ def dev_draw(docs: list, questions: list[dict], n: int) -> list[dict]:
     return random.Random(7).sample([q for q in questions if q["doc_id"] not in scored], n)
 
 
+def dev_questions_and_engine(n: int, model: str) -> tuple[list[dict], list[dict], AgenticRAG]:
+    """SQuAD dev's questions, their seeded draw of ``n`` (:func:`dev_draw`), and the ``plain`` strategy's engine
+    with ``model`` over the whole dev index, which answers them."""
+    docs, questions = load_squad()
+    index = index_documents(docs, CACHE / "squad_dev_index_all-MiniLM-L6-v2")
+    config = RagConfig(models=ModelConfig(llm=model))
+    llm = build_chat_generator(config.models)
+    llm.warm_up()
+    return questions, dev_draw(docs, questions, n), AgenticRAG(resolve("plain").features, config=config, index=index, chat_generator=llm)
+
+
 def score_key(rows: list[dict]) -> str:
     """Rows keep P(yes) under "p_yes"; the likelihood comparison's rows hold other scores too, under "scores"."""
     return "scores" if rows and "scores" in rows[0] else "p_yes"
@@ -118,13 +129,7 @@ def main() -> int:
         return rescore(args.rescore)
     counts = sorted({int(n) for n in args.max_sources.split(",")}) if args.max_sources else None
     started = time.perf_counter()
-    docs, questions = load_squad()
-    sample = dev_draw(docs, questions, args.questions)
-    index = index_documents(docs, CACHE / "squad_dev_index_all-MiniLM-L6-v2")
-    config = RagConfig(models=ModelConfig(llm=args.model))
-    llm = build_chat_generator(config.models)
-    llm.warm_up()
-    rag = AgenticRAG(resolve("plain").features, config=config, index=index, chat_generator=llm)
+    questions, sample, rag = dev_questions_and_engine(args.questions, args.model)
     judge = LocalJudge(build_chat_generator(ModelConfig(llm=args.judge_model)), task="correct")  # P(yes), what every result here starts from
     rows = []
     for q in tqdm(sample, desc="answer + judge", file=sys.stderr):

@@ -671,12 +671,33 @@ def load_answers_table(d: dict) -> str:
                       f"| {a['questions']} | {_pct(a['identical'])} ({a['questions'] - len(a['differing'])}/{a['questions']}) | {d['model']}, {d['features']} |"])
 
 
+def server_judgments_table(d: dict) -> str:
+    ways = (("in_process", "llama.cpp in-process: P(yes) from the next-token distribution"),
+            ("server_top_logprobs", "llama-server: P(yes) from the top 20 log-probabilities of a one-token reply"),
+            ("server_constrained", "llama-server: a constrained \"yes\" / \"no\", 1 or 0 (what a server that sends no log-probabilities gets)"))
+    rows = ["| the judge's yes/no read as | judge AUC [95% interval] | seconds a judgment (median) |", "|---|---|---|"]
+    for key, label in ways:
+        auc = d["judge_auc"][key]
+        # the constrained pass runs last, on prompts llama-server still holds from the pass before: no prompt to evaluate
+        seconds = f"{d['seconds_per_judgment_median'][key]:.2f}" + (" (prompts already cached)" if key == "server_constrained" else "")
+        rows.append(f"| {label} | {auc['auc']:.3f} [{auc['interval95'][0]:.3f}, {auc['interval95'][1]:.3f}] | {seconds} |")
+    gap = d["served_minus_in_process"]
+    rows += ["", f"{d['questions']} answers of the {d['model']} to SQuAD dev questions outside the agreement sample ({d['right']} right by F1 ≥ 0.5), "
+                 f"judged by the {d['judge_model']} (task {d['judge_task']}). Served P(yes) against in-process, per answer: median difference "
+                 f"{gap['median']:.4f}, 95th percentile {gap['p95']:.4f}, largest {gap['max']:.4f}. The constrained reply said yes to "
+                 f"{sum(r['server_constrained'] == 1.0 for r in d['rows'])} of the {d['questions']} (it agrees with \"P(yes) ≥ 0.5\" on "
+                 f"{_pct(d['constrained_agrees_with_p_yes_over_half'])}), so it barely ranks them: `{d['command']}`"]
+    return "\n".join(rows)
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
     if load("load.json"):
         out["load.json"] = load_table(load("load.json"))
         if "same_answers" in load("load.json"):
             out["load.json answers"] = load_answers_table(load("load.json"))
+    if load("server_judgments.json"):
+        out["server_judgments.json"] = server_judgments_table(load("server_judgments.json"))
     if load("store_parity.json"):
         out["store_parity.json"] = store_parity_table(load("store_parity.json"))
         if "answers" in load("store_parity.json"):

@@ -18,15 +18,23 @@ from contextlib import nullcontext
 import psutil
 import pytest
 import yaml
-from haystack import Pipeline
+from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from served import ragkit_serve
 
+from ragkit.components.document_grader import DocumentGrader
+from ragkit.components.hallucination_detector import HallucinationDetector
+from ragkit.components.query_router import QueryRouter
+from ragkit.components.reranker import Reranker
 from ragkit.config import FAST_LLM, ModelConfig
+from ragkit.eval.judge import correct_task
+from ragkit.llm import judgments
 from ragkit.llm.generators import build_chat_generator
+from ragkit.llm.judgments import constrained_yes, yes_probability
 from ragkit.llm.portable import PortableLlamaCppChatGenerator
+from ragkit.llm.prompts import context_messages, sufficiency_task
 from ragkit.llm.server import (
     LLAMA_SERVER_ENV, LlamaServerError, find_llama_server, in_process_models, llama_server_command, served_pipeline, start_llama_server,
 )
@@ -202,6 +210,40 @@ def test_llama_server_decodes_as_the_in_process_model_and_serves_two_requests_at
             assert len(json.loads(reply.read())) == 2  # two slots
         pid = server.pid
     assert not running(pid)
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_served_yes_no_judgments_read_the_in_process_p_yes_and_every_constrained_reply_fits(tmp_path):
+    """P(yes) behind llama-server is read from its top log-probabilities: the in-process number, not a 1 or a
+    0. And every JSON reply a served step asks for fits its max_tokens: llama-server pretty-prints them
+    ('{\\n  "label": "yes"\\n}', 14 tokens), which cut every one of them (a failed call) at the old budgets."""
+    docs = [Document(content="Nikola Tesla was born in Smiljan in 1856. He moved to New York in 1884."),
+            Document(content="Thomas Edison founded a laboratory in Menlo Park.")]
+    tasks = [correct_task("Where was Tesla born?", "Smiljan"), correct_task("Where was Tesla born?", "Menlo Park"), sufficiency_task("Where was Tesla born?")]
+    prompts = [context_messages(docs, task) for task in tasks]
+    local = PortableLlamaCppChatGenerator(model=FAST_LLM, generation_kwargs={"max_tokens": 16, "temperature": 0.0})
+    local.warm_up()
+    expected = [yes_probability(local, m, step="judge") for m in prompts]
+    del local
+    with start_llama_server(FAST_LLM, parallel=1, log_path=tmp_path / "llama-server.log") as server:
+        generator = build_chat_generator(server.model_config())
+        p_yes = [yes_probability(generator, m, step="judge") for m in prompts]
+        assert p_yes == pytest.approx(expected, abs=0.03) and all(0.0 < p < 1.0 for p in p_yes)
+        assert constrained_yes(generator, prompts[0], step="judge") in (0.0, 1.0)
+        route = QueryRouter(backend="llm", chat_generator=generator).run(query="Compare Tesla and Edison")["routing"]
+        grading = DocumentGrader(backend="llm", chat_generator=generator).run(query="Where was Tesla born?", documents=docs * 3)["grading"]
+        judgments._WITHOUT_LOGPROBS.add((generator.api_base_url, generator.model))  # the one-call yes/no list of a server without them
+        try:
+            check = HallucinationDetector(chat_generator=generator, judge_spans=True).run(
+                replies=["Tesla was born in Smiljan. He moved to New York. Edison was in Menlo Park."], documents=docs)
+        finally:
+            judgments._WITHOUT_LOGPROBS.clear()
+        reranked = Reranker(backend="llm", chat_generator=generator).run(query="Where was Tesla born?", documents=docs)["reranking"]
+    assert "fallback" not in route, route
+    assert "fallback" not in grading and len(grading["scores"]) == 6, grading
+    assert check["score"] in (0.0, 1.0) and "fallback" not in check["hallucination"], check
+    assert "fallback" not in reranked, reranked
 
 
 @pytest.mark.integration

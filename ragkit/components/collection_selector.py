@@ -53,7 +53,7 @@ from haystack.dataclasses import ChatMessage
 
 from ragkit.index.handle import IndexHandle
 from ragkit.index.store import RagIndex
-from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, parse_choice
+from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, json_reply_max_tokens, parse_choice
 from ragkit.pipeline.trace import record
 
 SelectorBackend = Literal["embedding", "llm"]
@@ -189,7 +189,7 @@ class CollectionSelector:
         messages = [ChatMessage.from_system(SELECTOR_SYSTEM.format(listing=listing)), ChatMessage.from_user(query)]
         reply = call_llm(
             self.chat_generator, messages, lambda text: parse_choice(text, held),
-            generation_kwargs={**choice_constraint(self.chat_generator, held), "max_tokens": 24, "temperature": 0.0},
+            generation_kwargs={**choice_constraint(self.chat_generator, held), "max_tokens": json_reply_max_tokens(self.chat_generator, 24, items=2), "temperature": 0.0},
             step="collection_selector",
         )
         if not reply.ok:

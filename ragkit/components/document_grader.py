@@ -29,7 +29,9 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import context_messages
 from ragkit.llm.faults import check_deadline
-from ragkit.llm.structured import call_llm, generator_from_dict, generator_to_dict, int_list_constraint, llm_error, parse_int_list
+from ragkit.llm.structured import (
+    call_llm, generator_from_dict, generator_to_dict, int_list_constraint, json_reply_max_tokens, llm_error, parse_int_list,
+)
 from ragkit.pipeline.trace import record
 
 GraderBackend = Literal["llm", "embedding"]
@@ -103,7 +105,7 @@ class DocumentGrader:
         messages = context_messages(documents, task, self.max_chars_per_doc)
         if self._probe is not None:
             return self._probe_scores(messages, n)
-        kwargs = {**int_list_constraint(self.chat_generator, n), "max_tokens": 4 * n + 4, "temperature": 0.0}
+        kwargs = {**int_list_constraint(self.chat_generator, n), "max_tokens": json_reply_max_tokens(self.chat_generator, 4 * n + 4, items=n), "temperature": 0.0}
         reply = call_llm(self.chat_generator, messages, lambda text: parse_int_list(text, n), kwargs, step="grader")
         return (list(map(float, reply.value)), None) if reply.ok else (None, reply.error)
 

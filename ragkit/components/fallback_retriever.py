@@ -49,7 +49,8 @@ from ragkit.index.filters import scoped
 from ragkit.index.handle import IndexHandle
 from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import context_messages, sufficiency_task
-from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
+from ragkit.llm.judgments import yes_probability
+from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
 
 STRATEGIES = ("sparse", "dense", "hybrid", "hyde", "expand", "all_collections", "sql")

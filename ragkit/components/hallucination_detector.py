@@ -5,9 +5,11 @@ Two backends:
 * ``"llm_judge"`` (offline default) — the local LLM gives P(supported) for each answer sentence.
   With llama.cpp the probability is read from the next-token distribution over yes/no
   (:class:`~ragkit.llm.probe.LlamaProbe`), and all sentences share one prompt prefix (system,
-  sources, task), so after the first sentence each costs only its own ~30 tokens. With other
-  backends (OpenAI-compatible servers, mocks) all sentences are judged in one constrained call
-  returning a yes/no list, i.e. probabilities 0 or 1.
+  sources, task), so after the first sentence each costs only its own ~30 tokens. With an
+  OpenAI-compatible server the same P(yes) comes from its top log-probabilities of a one-token reply,
+  one call a sentence (:func:`ragkit.llm.judgments.server_choice_probs`; llama-server reuses the
+  prefix too). Where those are missing (a server that sends none, mocks) all sentences are judged in
+  one constrained call returning a yes/no list, i.e. probabilities 0 or 1.
 * ``"hhem"`` — Vectara's HHEM-2.1-Open classifier (premise = the documents, hypothesis = the
   answer), loaded without remote code by :mod:`ragkit.llm.hhem`; needs its weights in a local folder.
 
@@ -43,10 +45,13 @@ from typing import Any, Literal, Optional, Union
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
+from ragkit.llm.faults import check_deadline
+from ragkit.llm.judgments import YES_NO_WORDS, server_choice_probs
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import NO_ANSWER, context_messages, reply_text
-from ragkit.llm.faults import check_deadline
-from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict, llm_error
+from ragkit.llm.structured import (
+    backend_of, call_llm, gbnf_grammar, generator_from_dict, generator_to_dict, json_reply_max_tokens, llm_error,
+)
 from ragkit.pipeline.trace import record
 
 DetectorBackend = Literal["llm_judge", "hhem"]
@@ -164,15 +169,28 @@ class HallucinationDetector:
             mark = self._probe.mark()
             for sentence in sentences:
                 messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc, numbers)
-                probs = self._probe.choice_probs(messages, {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]})
+                probs = self._probe.choice_probs(messages, YES_NO_WORDS)
                 scores.append(probs["yes"])
             # one judge step = one call: every sentence is a forward pass over the same cached prefix
             # (no generation), and the passes are counted in the decision
             record(decision={"forward_passes": len(sentences)}, **self._probe.usage_since(mark))
             return scores, None
+        if backend_of(self.chat_generator) == "openai":
+            scores = []
+            for sentence in sentences:
+                messages = context_messages(documents, judge_task(sentence, question), self.max_chars_per_doc, numbers)
+                try:
+                    probs = server_choice_probs(self.chat_generator, messages, YES_NO_WORDS, step="hallucination")
+                except RuntimeError as exc:  # the call failed: the reason, as a constrained reply's would be
+                    return None, str(exc)
+                if probs is None:  # no log-probabilities from this server: the one constrained call below
+                    break
+                scores.append(probs["yes"])
+            else:
+                return scores, None
         n = len(sentences)
         messages = context_messages(documents, judge_batch_task(sentences, question), self.max_chars_per_doc, numbers)
-        kwargs = {**_yes_no_constraint(self.chat_generator, n), "max_tokens": 6 * n + 4, "temperature": 0.0}
+        kwargs = {**_yes_no_constraint(self.chat_generator, n), "max_tokens": json_reply_max_tokens(self.chat_generator, 6 * n + 4, items=n), "temperature": 0.0}
         reply = call_llm(self.chat_generator, messages, lambda text: _parse_yes_no_list(text, n), kwargs, step="hallucination")
         return (reply.value, None) if reply.ok else (None, reply.error)
 

@@ -57,7 +57,8 @@ from ragkit.eval.metrics import content_words, strip_citations
 from ragkit.index.coverage import coverage, question_weights
 from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import NO_ANSWER, context_messages, reply_text, sufficiency_task
-from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
+from ragkit.llm.judgments import yes_probability
+from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
 
 EXIT_REASONS = ("sufficient", "max_iterations", "no_new_query", "budget", "check_failed")

@@ -30,7 +30,7 @@ import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, parse_choice
+from ragkit.llm.structured import call_llm, choice_constraint, generator_from_dict, generator_to_dict, json_reply_max_tokens, parse_choice
 from ragkit.pipeline.trace import record
 
 ROUTES = ["SIMPLE", "FACTUAL", "ANALYTICAL", "COMPARISON", "SUMMARY"]
@@ -163,7 +163,7 @@ class QueryRouter:
             messages = [ChatMessage.from_system(self.prompt or ROUTER_SYSTEM), ChatMessage.from_user(query)]
             reply = call_llm(
                 self.chat_generator, messages, lambda text: parse_choice(text, ROUTES),
-                generation_kwargs={**choice_constraint(self.chat_generator, ROUTES), "max_tokens": 8, "temperature": 0.0},
+                generation_kwargs={**choice_constraint(self.chat_generator, ROUTES), "max_tokens": json_reply_max_tokens(self.chat_generator, 8, items=2), "temperature": 0.0},
                 step="router",
             )
             if reply.ok:

@@ -5,9 +5,11 @@ Backends:
 * ``"cross-encoder"`` — any sentence-transformers ``CrossEncoder`` (hub id or local folder), run by
   ``SentenceTransformersSimilarityRanker`` from sentence-transformers-haystack. None is installable
   offline here; users who have one pass its path.
-* ``"llm"`` — pointwise P(yes | question, chunk) from the local LLM. With llama.cpp the question is
+* ``"llm"`` — pointwise P(yes | question, chunk) from the LLM. With llama.cpp the question is
   the shared prompt prefix and only each chunk's tail is evaluated; the probability comes from the
-  next-token distribution (:class:`~ragkit.llm.probe.LlamaProbe`), no text is generated.
+  next-token distribution (:class:`~ragkit.llm.probe.LlamaProbe`), no text is generated. With an
+  OpenAI-compatible server, from its top log-probabilities of a one-token reply
+  (:func:`ragkit.llm.judgments.server_choice_probs`; llama-server reuses the question's prefix too).
 * ``"bi-encoder"`` — a sentence-transformers embedder (``model``, default the embedded
   all-MiniLM-L6-v2) scoring each chunk by its *best sentence*'s cosine to the question. Whole-chunk
   cosine from the same model the index uses only repeats the dense retriever (alone it lowered R@1
@@ -26,8 +28,8 @@ pointwise reranker was far worse and took ~30 s (``python bench/rerank_squad.py 
 --llm-questions 8`` → bench/results/rerank_squad.json).
 
 Scores land in ``Document.score`` (the retrieval score is kept in ``meta["retrieval_score"]``).
-If the LLM backend is not llama.cpp, or scoring fails, the input order is kept and the output says
-why (``reranking["fallback"]``).
+If the LLM gives no probabilities (a server that sends no log-probabilities), or scoring fails, the input
+order is kept and the output says why (``reranking["fallback"]``).
 
 Usage::
 
@@ -45,14 +47,16 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.index.sentence_vectors import SentenceVectorCache
 from ragkit.index.sentences import split_sentences
-from ragkit.llm.structured import generator_from_dict, generator_to_dict
+from ragkit.llm.judgments import server_choice_probs
+from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.llm.structured import backend_of, generator_from_dict, generator_to_dict
 from ragkit.pipeline.trace import record
 
 RerankBackend = Literal["cross-encoder", "llm", "bi-encoder"]
 RERANK_SYSTEM = "You judge whether a passage helps answer a question. Reply yes or no."
+RERANK_WORDS = {"yes": ["yes", "Yes"], "no": ["no", "No"]}
 RRF_K = 60
 
 
@@ -150,9 +154,10 @@ class Reranker:
             for (i, _), sim in zip(pieces, sentence_vectors @ query_vector):
                 best[i] = max(best[i], float(sim))
             return best.tolist()
-        if self._probe is None:
-            raise RuntimeError("the llm reranker reads token probabilities and needs a llama.cpp chat generator")
-        mark = self._probe.mark()
+        served = self._probe is None and backend_of(self.chat_generator) == "openai"
+        if self._probe is None and not served:
+            raise RuntimeError("the llm reranker reads token probabilities: it needs a llama.cpp model or an OpenAI-compatible server")
+        mark = self._probe.mark() if self._probe is not None else None
         scores = []
         for doc in documents:
             # Question first: it is the shared prefix, so each passage costs only its own tokens.
@@ -161,8 +166,15 @@ class Reranker:
                 ChatMessage.from_system(RERANK_SYSTEM),
                 ChatMessage.from_user(f"Question: {query}\n\nPassage:\n{passage}\n\nDoes the passage help answer the question? yes or no"),
             ]
-            scores.append(self._probe.choice_probs(messages, {"yes": ["yes", "Yes"], "no": ["no", "No"]})["yes"])
-        record(**self._probe.usage_since(mark, calls=len(documents)))
+            if not served:
+                scores.append(self._probe.choice_probs(messages, RERANK_WORDS)["yes"])
+                continue
+            probs = server_choice_probs(self.chat_generator, messages, RERANK_WORDS, step="reranker")
+            if probs is None:
+                raise RuntimeError("the server gave no yes/no probabilities to rank by")
+            scores.append(probs["yes"])
+        if mark is not None:
+            record(**self._probe.usage_since(mark, calls=len(documents)))
         return scores
 
     @component.output_types(documents=list[Document], reranking=dict)

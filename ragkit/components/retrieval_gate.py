@@ -35,7 +35,8 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from ragkit.components.query_router import route_by_rules
-from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error, yes_probability
+from ragkit.llm.judgments import yes_probability
+from ragkit.llm.structured import generator_from_dict, generator_to_dict, llm_error
 from ragkit.pipeline.trace import record
 
 GATE_BACKENDS = ("rules", "llm")

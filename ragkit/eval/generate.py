@@ -11,8 +11,7 @@ Answer first, question second — the way a small model can be made to write usa
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
    long run of the chunk's words, stands alone (no "in the sentence", :func:`refers_to_its_text`), is not a
    near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading
-   that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk answers the question), one
-   forward pass, is recorded beside it;
+   that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk answers the question) is recorded beside it;
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
    place of one it does (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
@@ -44,7 +43,8 @@ from ragkit.eval.testset import EvalItem
 from ragkit.index.sentences import sentence_spans
 from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import context_messages, sufficiency_task
-from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal, yes_probability
+from ragkit.llm.judgments import yes_probability
+from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal
 
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question

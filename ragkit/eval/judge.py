@@ -8,7 +8,7 @@
   questions outside every scored set (``bench/judge_prompt_dev.py --answer-likelihood``, 158 answers):
   AUC against gold correctness 0.85 against P(yes) alone 0.76 — a wrong span is one the judge would
   rarely have picked itself, even where it calls it correct. The likelihood is read from the model's
-  logits, so a server judge (no logits for a given reply) uses task ``correct`` alone. Among the
+  logits, so a server judge (no log-probabilities for a reply it did not write) uses task ``correct`` alone. Among the
   P(yes) tasks, on 80 of those questions: ``correct`` 0.80, the engine's per-sentence hallucination check
   (``sentences``) 0.78, "do the sources state that this is the answer" (``answers_question``) 0.76; a
   short span copied from the wrong sentence is "stated in the sources" yet wrong, so asking about the
@@ -17,7 +17,8 @@
   the sufficiency task (:func:`ragkit.llm.prompts.sufficiency_task`) over the sources.
 
 With llama.cpp the yes/no answers are probabilities read from the next-token distribution, so a reply
-cannot fail to parse; with a server they are a yes/no reply under a JSON-schema constraint. Whatever still fails —
+cannot fail to parse; with a server, from its top log-probabilities of a one-token reply, or where it gives
+none a yes/no reply under a JSON-schema constraint (:mod:`ragkit.llm.judgments`). Whatever still fails —
 the endpoint, the deadline — is ``(None, reason)``, counted as a failure by the run, never a score.
 The judge may be another model than the pipeline's (``ragkit eval --judge-llm``): a small model
 judging its own answers is the weakest judge there is.
@@ -39,7 +40,7 @@ from ragkit.components.hallucination_detector import HallucinationDetector
 from ragkit.eval.metrics import strip_citations
 from ragkit.llm.probe import LlamaProbe, probe_for
 from ragkit.llm.prompts import context_messages, grounded_answer_task, sufficiency_task
-from ragkit.llm.structured import yes_probability
+from ragkit.llm.judgments import yes_probability
 from ragkit.pipeline.trace import record
 
 

@@ -15,11 +15,11 @@ the model without queueing behind each other's whole answer.
 * :func:`served_pipeline` — an exported pipeline's YAML with every in-process llama.cpp generator
   replaced by Haystack's ``OpenAIChatGenerator`` on that URL, same model name, same greedy settings.
 
-What changes for a served model: an OpenAI-compatible server returns text, not the next-token
-distribution, so the steps that read probabilities in-process (a yes/no judgment's P(yes), the
-grounded answer's span mask) take their documented text paths (a constrained yes/no; generate, then
-snap to a source span: :mod:`ragkit.llm.span_decoding`). Answers of the free-text path are the same
-greedy decoding. Hand-written because no library starts llama.cpp's server for a Haystack pipeline.
+What changes for a served model: an OpenAI-compatible server gives no next-token distribution, only
+the top 20 log-probabilities of each reply token. A yes/no judgment's P(yes) is read from those of a
+one-token reply (:mod:`ragkit.llm.judgments`: the in-process number); the grounded answer's span mask
+takes its text path (generate, then snap to a source span: :mod:`ragkit.llm.span_decoding`), and the
+grader's scores are a constrained JSON reply. Answers of the free-text path are the same greedy decoding. Hand-written because no library starts llama.cpp's server for a Haystack pipeline.
 
 Usage::
 

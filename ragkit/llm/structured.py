@@ -41,6 +41,7 @@ class LLMReply:
     seconds: float = 0.0
     usage: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, float] | None = None  # chosen-token probabilities (TokenProbabilities.summary)
+    logprobs: dict[str, Any] | None = None  # a server's log-probabilities of the reply, where the call asked for them
 
 
 def generator_to_dict(generator: Any) -> dict[str, Any] | None:
@@ -99,24 +100,12 @@ def choice_constraint(generator: Any, labels: list[str]) -> dict[str, Any]:
     return {}
 
 
-YES_NO_WORDS = {"yes": ["yes", "Yes", " yes"], "no": ["no", "No", " no"]}
-
-
-def yes_probability(generator: Any, messages: list[ChatMessage], step: str) -> float:
-    """P(yes) for a yes/no question: with llama.cpp one forward pass, read from the next-token
-    distribution (traced as one LLM call); other backends give a yes/no reply under a constraint, so
-    1.0 or 0.0. Raises RuntimeError with the reason on an unusable reply (the caller decides the fallback)."""
-    if LlamaProbe.supports(generator):
-        probe = probe_for(generator)
-        mark = probe.mark()
-        p_yes = probe.choice_probs(messages, YES_NO_WORDS)["yes"]
-        record(**probe.usage_since(mark))
-        return p_yes
-    kwargs = {**choice_constraint(generator, ["yes", "no"]), "max_tokens": 4, "temperature": 0.0}
-    reply = call_llm(generator, messages, lambda text: parse_choice(text, ["yes", "no"]), kwargs, step=step)
-    if not reply.ok:
-        raise RuntimeError(reply.error)
-    return 1.0 if reply.value == "yes" else 0.0
+def json_reply_max_tokens(generator: Any, llama_cpp_tokens: int, items: int = 1) -> int:
+    """max_tokens for a constrained reply: what the llama.cpp grammar needs, or, for a server's JSON-schema
+    reply, room for its layout. llama-server lays it out over lines, in short tokens under the schema's grammar
+    ('{\\n  "label": "yes"\\n}' took 14 tokens, five scores 36; even '{"label":"yes"}' is 5), so the grammar's budget
+    cuts it (a failed call): 16 + 8 an item. A cap, not a cost: generation stops at the closing brace."""
+    return max(llama_cpp_tokens, 16 + 8 * items) if backend_of(generator) == "openai" else llama_cpp_tokens
 
 
 def parse_choice(text: str, labels: list[str]) -> str:
@@ -313,7 +302,8 @@ def call_llm(
     come, when the generator can stream; a cached reply arrives as one chunk."""
     t0 = time.perf_counter()
     generation_kwargs = dict(generation_kwargs or {})
-    free_text = not any(k in generation_kwargs for k in ("grammar", "response_format"))
+    # a one-token read of a server's log-probabilities is not a reply to cut or warn about
+    free_text = not any(k in generation_kwargs for k in ("grammar", "response_format", "logprobs"))
     cache_split = prompt_cache_split(generator, messages)
     try:
         check_deadline()
@@ -330,6 +320,7 @@ def call_llm(
     if cached is not None:  # the same model, prompt and decoding answered this before: no call
         record(cache_hits=1, cache_seconds=cached.get("seconds", 0.0))
         text, usage, tokens, finish_reason, deadline_stop = cached["text"], {}, cached["tokens"], cached["finish_reason"], None
+        logprobs = cached.get("logprobs")
         if streaming_callback is not None and hasattr(streaming_callback, "replay"):
             streaming_callback.replay(text)
         seconds = time.perf_counter() - t0
@@ -348,7 +339,11 @@ def call_llm(
             return _failed(step, llm_error(exc, generator), t0)
         seconds = time.perf_counter() - t0
         text, finish_reason = reply.text or "", (reply.meta or {}).get("finish_reason")
+        logprobs = (reply.meta or {}).get("logprobs") if generation_kwargs.get("logprobs") else None
         usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
+        cached = (((reply.meta or {}).get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+        if isinstance(cached, int):  # a server's own prompt cache (llama-server, OpenAI): the prompt's reused tokens
+            usage["prompt_tokens_reused"] = cached
         recorder = token_recorder(generation_kwargs)
         tokens = recorder.summary() if recorder is not None else None
         # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
@@ -364,7 +359,7 @@ def call_llm(
             prompt_tokens_reused=usage.get("prompt_tokens_reused", 0),
         )
         if key and not (deadline_stop is not None and deadline_stop.stopped):
-            active_cache().put(key, "chat", {"text": text, "tokens": tokens, "finish_reason": finish_reason, "seconds": round(seconds, 4)})
+            active_cache().put(key, "chat", {"text": text, "tokens": tokens, "finish_reason": finish_reason, "seconds": round(seconds, 4), "logprobs": logprobs})
     bound = reply_char_bound(generator, generation_kwargs)
     if tokens:
         record(decision={k: (round(v, 4) if isinstance(v, float) else v) for k, v in tokens.items() if k != "tokens"})
@@ -382,7 +377,7 @@ def call_llm(
         error = f"parse_failed: {exc}"
         record(fallback=f"{step}: {error}")
         return LLMReply(ok=False, text=text, error=error, seconds=seconds, usage=usage, tokens=tokens)
-    return LLMReply(ok=True, value=value, text=text, seconds=seconds, usage=usage, tokens=tokens)
+    return LLMReply(ok=True, value=value, text=text, seconds=seconds, usage=usage, tokens=tokens, logprobs=logprobs)
 
 
 def count_tokens(generator: Any, text: str) -> int:

@@ -2,7 +2,9 @@
 
 Modes (the path's first segment, so one server serves them all: ``http://127.0.0.1:PORT/<mode>/v1``):
 
-* ``ok``      a normal reply (``FakeOpenAI.answer``), honouring nothing but the protocol
+* ``ok``      a normal reply (``FakeOpenAI.answer``), honouring nothing but the protocol (no log-probabilities)
+* ``logprobs`` as ``ok``, but a request that asks for ``logprobs`` gets ``FakeOpenAI.top_logprobs`` (a dict
+  {token: log-probability}, or a function of the request giving one) as its first token's top alternatives
 * ``hang``    accepts the request and never answers (until the server stops)
 * ``empty``   200 with ``"choices": []``
 * ``broken``  200 with a body that is not JSON
@@ -66,6 +68,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps(_completion(words)).encode())
         if mode == "error":
             return self._send(500, json.dumps({"error": {"message": "internal error", "type": "server_error"}}).encode())
+        if mode == "logprobs" and request.get("logprobs"):
+            top = self.server.top_logprobs(request) if callable(self.server.top_logprobs) else self.server.top_logprobs
+            ranked = sorted(top.items(), key=lambda kv: -kv[1])[: int(request.get("top_logprobs") or 1)]
+            body = _completion(ranked[0][0], finish_reason="length")
+            body["usage"]["prompt_tokens_details"] = {"cached_tokens": 7}  # as llama-server says what its prompt cache held
+            body["choices"][0]["logprobs"] = {"content": [{"token": ranked[0][0], "logprob": ranked[0][1], "bytes": None,
+                                                           "top_logprobs": [{"token": t, "logprob": v, "bytes": None} for t, v in ranked]}]}
+            return self._send(200, json.dumps(body).encode())
         schema = (request.get("response_format") or {}).get("json_schema", {}).get("schema", {})
         props = schema.get("properties", {})
         if "action" in props:  # an agent step: search with the question's last words while offered, then answer
@@ -87,9 +97,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, answer: str):
+    def __init__(self, answer: str, top_logprobs):
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.answer = answer
+        self.answer, self.top_logprobs = answer, top_logprobs
         self.requests: list[tuple[str, dict]] = []
         self.stopping = threading.Event()
 
@@ -97,8 +107,8 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     """``with FakeOpenAI() as server: server.url("hang")`` → a base URL for ``RAGKIT_OPENAI_BASE_URL``."""
 
-    def __init__(self, answer: str = "Nikola Tesla was born in Smiljan [1]."):
-        self._server = _Server(answer)
+    def __init__(self, answer: str = "Nikola Tesla was born in Smiljan [1].", top_logprobs=None):
+        self._server = _Server(answer, top_logprobs or {"Yes": -0.5, "No": -1.0})
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> "FakeOpenAI":
