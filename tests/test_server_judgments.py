@@ -65,6 +65,9 @@ def test_the_first_tokens_alternatives_are_read_from_what_haystack_keeps_and_not
                                                                            {"token": "no", "logprob": float("-inf")}]}]}
     assert first_token_logprobs(meta) == {"Yes": -0.2, "No": -1.8}
     assert first_token_logprobs(None) is None and first_token_logprobs({"content": []}) is None and first_token_logprobs("junk") is None
+    # the chosen token alone (a server that ignores top_logprobs): nothing to renormalise against, so no number
+    assert first_token_logprobs({"content": [{"token": "Yes", "logprob": -0.3, "top_logprobs": []}]}) is None
+    assert first_token_logprobs({"content": [{"token": "Yes", "logprob": -0.3}]}) is None
 
 
 def test_a_server_without_logprobs_is_asked_once_then_gets_only_constrained_replies_and_the_trace_says_so():

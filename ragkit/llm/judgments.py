@@ -64,14 +64,16 @@ def _endpoint(generator: Any) -> tuple[str, str]:
 
 def first_token_logprobs(logprobs: Any) -> dict[str, float] | None:
     """{token text: log-probability} of the reply's first token's top alternatives, from an OpenAI chat reply's
-    ``logprobs`` (as Haystack's generator keeps it in ``meta``); None if there are none."""
+    ``logprobs`` (as Haystack's generator keeps it in ``meta``); None if fewer than two are listed."""
     content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
     if not content or not isinstance(content[0], dict):
         return None
-    first = content[0]
-    listed = first.get("top_logprobs") or [first]
+    # the alternatives, not the chosen token alone: with one token listed, "at most the least listed" bounds nothing
+    listed = content[0].get("top_logprobs")
+    if not isinstance(listed, list) or len(listed) < 2:
+        return None
     top: dict[str, float] = {}
-    for entry in listed:
+    for entry in (e for e in listed if isinstance(e, dict)):
         token, value = entry.get("token"), entry.get("logprob")
         if isinstance(token, str) and isinstance(value, (int, float)) and math.isfinite(value):
             top[token] = max(top.get(token, -math.inf), float(value))
