@@ -9,7 +9,7 @@ Self-reflection, ``check``:
     ``coverage_threshold`` the evidence is insufficient.
 ``llm``
     one forward pass: P(the sources state the answer) (the multi-hop step's sufficiency question,
-    :func:`ragkit.llm.structured.yes_probability`); an unusable reply stops the fallbacks (``check_failed``).
+    :func:`ragkit.llm.judgments.yes_probability`); an unusable reply stops the fallbacks (``check_failed``).
 
 Strategies, tried in the order given (one the main retrieval already used is skipped):
 

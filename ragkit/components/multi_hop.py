@@ -10,7 +10,7 @@ grandfather. Each iteration of this step:
    measure (:func:`ragkit.components.fallback_retriever.coverage`), against ``coverage_threshold``;
    after a hop the query is the follow-up, so the check asks whether what was still unknown was
    found — or ``llm``: one forward pass, P(yes) read from the next-token distribution with llama.cpp
-   (other backends: one constrained yes/no reply), against ``threshold``; ``sufficient`` ends it;
+   (a server: from its top log-probabilities, :mod:`ragkit.llm.judgments`), against ``threshold``; ``sufficient`` ends it;
 3. otherwise asks for the *bridge* — the name the question describes without giving it — as a span
    copied from the evidence (the grounded decoding of :class:`GuardedGenerator`, so it cannot be
    invented);

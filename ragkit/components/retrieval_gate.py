@@ -13,7 +13,8 @@ Backends:
   itself ("hi there", "how are you", "thank you …"); microseconds, and when in doubt it retrieves.
 * ``"llm"`` — one yes/no question to the LLM, "does answering need facts from the user's
   documents?"; with llama.cpp P(yes) is read from one forward pass (no generation) and the question
-  retrieves unless P(yes) < ``threshold``; other backends give a constrained yes/no reply. A failed
+  retrieves unless P(yes) < ``threshold``; a server gives it from its top log-probabilities
+  (:mod:`ragkit.llm.judgments`; one that sends none, a constrained yes/no reply). A failed
   or unusable reply retrieves, and the trace says so — skipping retrieval by mistake is the costly error.
 
 Without a router this is the only way a ragkit graph skips retrieval; with one, the router's SIMPLE
