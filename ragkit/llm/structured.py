@@ -341,9 +341,9 @@ def call_llm(
         text, finish_reason = reply.text or "", (reply.meta or {}).get("finish_reason")
         logprobs = (reply.meta or {}).get("logprobs") if generation_kwargs.get("logprobs") else None
         usage = {k: int(v) for k, v in ((reply.meta or {}).get("usage") or {}).items() if isinstance(v, (int, float))}
-        cached = (((reply.meta or {}).get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
-        if isinstance(cached, int):  # a server's own prompt cache (llama-server, OpenAI): the prompt's reused tokens
-            usage["prompt_tokens_reused"] = cached
+        server_reused = (((reply.meta or {}).get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+        if isinstance(server_reused, int):  # a server's own prompt cache (llama-server, OpenAI): the prompt's reused tokens
+            usage["prompt_tokens_reused"] = server_reused
         recorder = token_recorder(generation_kwargs)
         tokens = recorder.summary() if recorder is not None else None
         # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
