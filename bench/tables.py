@@ -690,6 +690,26 @@ def server_judgments_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+def served_confidence_table(d: dict) -> str:
+    rows = ["| answers (`plain`) | the confidence | ECE | AUC | right among ● (> 0.7) | mean confidence / share right | from in-process, same answers: median / p95 |",
+            "|---|---|---|---|---|---|---|"]
+    notes = []
+    for mode, r in d["runs"].items():
+        served_label = f"llama-server; token probabilities: {r['served_answer_tokens']}"
+        ways = (("in_process", "llama.cpp in-process (token probabilities from its logits)"), ("served", served_label),
+                ("served_without_answer_tokens", "llama-server; token probabilities: none, the fit's means in their place "
+                                                  + ("(as shipped)" if mode == "grounded" else "(before)")))
+        first = r["first_question"]
+        for key, label in ways:
+            s, gap = r["scores"][key], r["distance_from_in_process_same_answer"].get(key)
+            high = f"{_pct(s['high_share_correct'])} of {s['high_n']}" if s["high_n"] else "none above 0.7"
+            rows.append(f"| {mode}, questions {first}–{first + r['questions'] - 1} | {label} | {s['ece']:.3f} | {s['auc']:.3f} | {high} | "
+                        f"{s['mean_confidence']:.2f} / {s['share_correct']:.2f} | " + (f"{gap['median']:.3f} / {gap['p95']:.3f} |" if gap else "– |"))
+        notes.append(f"{mode}: the same answer both ways for {r['same_answer']} of {r['questions']}, `{r['command']}`")
+    return "\n".join(rows + ["", f"{next(iter(d['runs'].values()))['model']}; SQuAD dev questions outside the agreement sample (the calibration, fitted on "
+                               "new_wiki, never saw them), two disjoint draws; right = F1 ≥ 0.5, a decline is not right. " + "; ".join(notes) + "."])
+
+
 def tables() -> dict[str, str]:
     out = {"summary": summary_table()}
     if load("load.json"):
@@ -698,6 +718,8 @@ def tables() -> dict[str, str]:
             out["load.json answers"] = load_answers_table(load("load.json"))
     if load("server_judgments.json"):
         out["server_judgments.json"] = server_judgments_table(load("server_judgments.json"))
+    if load("served_confidence.json"):
+        out["served_confidence.json"] = served_confidence_table(load("served_confidence.json"))
     if load("store_parity.json"):
         out["store_parity.json"] = store_parity_table(load("store_parity.json"))
         if "answers" in load("store_parity.json"):

@@ -38,6 +38,7 @@ from ragkit.llm.prompts import context_messages, sufficiency_task
 from ragkit.llm.server import (
     LLAMA_SERVER_ENV, LlamaServerError, find_llama_server, in_process_models, llama_server_command, served_pipeline, start_llama_server,
 )
+from ragkit.llm.structured import answer_constraint, call_llm, parse_answer
 from ragkit.pipeline.export import _one_question_at_a_time, export_yaml, load_exported
 from ragkit.pipeline.features import Features
 from ragkit.ui.cli import main
@@ -210,6 +211,29 @@ def test_llama_server_decodes_as_the_in_process_model_and_serves_two_requests_at
             assert len(json.loads(reply.read())) == 2  # two slots
         pid = server.pid
     assert not running(pid)
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_a_served_answers_token_probabilities_are_the_in_process_ones(tmp_path):
+    """The confidence's strongest signals, the answer's own token probabilities: llama.cpp's logits
+    in-process, the server's ``logprobs`` of its chosen tokens when served — the same greedy tokens, the
+    same numbers (the first may differ a little: in-process a citation mark cannot start the answer)."""
+    docs = [Document(content="Nikola Tesla was born in Smiljan in 1856. He moved to New York in 1884."),
+            Document(content="Thomas Edison founded a laboratory in Menlo Park.")]
+    prompts = [context_messages(docs, f"Question: {q}\nAnswer in a few words.") for q in ("Where was Tesla born?", "Who founded a laboratory in Menlo Park?")]
+    local = PortableLlamaCppChatGenerator(model=FAST_LLM, generation_kwargs={"max_tokens": 32, "temperature": 0.0})
+    local.warm_up()
+    kwargs = {"max_tokens": 32, "temperature": 0.0}
+    expected = [call_llm(local, m, parse_answer, {**kwargs, **answer_constraint(local)}, step="answer") for m in prompts]
+    del local
+    with start_llama_server(FAST_LLM, parallel=1, log_path=tmp_path / "llama-server.log") as server:
+        generator = build_chat_generator(server.model_config())
+        got = [call_llm(generator, m, parse_answer, {**kwargs, **answer_constraint(generator)}, step="answer") for m in prompts]
+    for a, b in zip(expected, got):
+        assert b.ok and b.text == a.text and b.tokens["tokens"] == a.tokens["tokens"]
+        assert b.tokens["token_p_mean"] == pytest.approx(a.tokens["token_p_mean"], abs=0.03)
+        assert b.tokens["token_p_min"] == pytest.approx(a.tokens["token_p_min"], abs=0.05)
 
 
 @pytest.mark.integration

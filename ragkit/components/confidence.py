@@ -5,7 +5,7 @@ The probability comes from a logistic regression calibrated per model on held-ou
 (``bench/calibration.py`` → ``ragkit/data/confidence_calibration.json``; scored in
 ``bench/results/calibration.json``) over these signals:
 
-* the answer's own token probabilities (llama.cpp, read while it was generated) — geometric mean,
+* the answer's own token probabilities (read from llama.cpp while it was generated, or a server's ``logprobs``) — geometric mean,
   minimum, first token;
 * the answer's words: length, share found in the sources, verbatim in a source, share that only
   repeats the question;

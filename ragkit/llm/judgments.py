@@ -12,8 +12,8 @@ confidence all need the number.
   softmax's normaliser cancels) as long as the words are among the 20; a label none of whose words is
   listed gets at most what the least listed token has, for each of its words — so a near-certain
   judgment is never exactly certain. (``bench/server_judgments.py`` measures both against each other.)
-* **otherwise** — a server that sends no log-probabilities (it is remembered, so later judgments make one
-  call, not two), or a top 20 holding neither label: a yes/no reply under a JSON-schema constraint,
+* **otherwise** — a server that sends no log-probabilities or refuses to (it is remembered, so later
+  judgments make one call, not two), or a top 20 holding neither label: a yes/no reply under a JSON-schema constraint,
   1.0 or 0.0; the step's trace says so (``decision["p_yes"]``: a coarser number, not a failure).
 
 A failed call or an unusable reply raises RuntimeError with its reason; the caller decides what that
@@ -36,6 +36,7 @@ from typing import Any
 from haystack.dataclasses import ChatMessage
 
 from ragkit.llm.probe import LlamaProbe, probe_for
+from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint
 from ragkit.llm.structured import backend_of, call_llm, choice_constraint, json_reply_max_tokens, parse_choice
 from ragkit.pipeline.trace import record
 
@@ -56,10 +57,6 @@ class _OneTokenReads(logging.Filter):
 
 
 logging.getLogger("haystack.components.generators.chat.openai").addFilter(_OneTokenReads())
-
-
-def _endpoint(generator: Any) -> tuple[str, str]:
-    return str(getattr(generator, "api_base_url", "") or ""), str(getattr(generator, "model", "") or "")
 
 
 def first_token_logprobs(logprobs: Any) -> dict[str, float] | None:
@@ -98,7 +95,7 @@ def server_choice_probs(generator: Any, messages: list[ChatMessage], choices: di
     on a failed call. Cached and traced like every call (:func:`ragkit.llm.structured.call_llm`)."""
     if backend_of(generator) != "openai":
         return None
-    if _endpoint(generator) in _WITHOUT_LOGPROBS:
+    if endpoint(generator) in _WITHOUT_LOGPROBS | REFUSES_LOGPROBS:
         record(decision={"p_yes": NO_LOGPROBS})
         return None
     kwargs = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": TOP_LOGPROBS}
@@ -111,7 +108,7 @@ def server_choice_probs(generator: Any, messages: list[ChatMessage], choices: di
         raise RuntimeError(reply.error)
     top = first_token_logprobs(reply.logprobs)
     if top is None:
-        _WITHOUT_LOGPROBS.add(_endpoint(generator))
+        _WITHOUT_LOGPROBS.add(endpoint(generator))
         record(decision={"p_yes": NO_LOGPROBS})
         return None
     probs = label_probabilities(top, choices)

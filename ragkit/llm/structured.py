@@ -28,6 +28,7 @@ from ragkit.llm.faults import (
 )
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
 from ragkit.llm.prompts import NO_ANSWER
+from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint, refuses_logprobs, served_token_probabilities, token_summary, without_refused
 from ragkit.llm.streaming import accepts_streaming
 from ragkit.pipeline.trace import record
 
@@ -40,7 +41,7 @@ class LLMReply:
     error: str | None = None  # "llm_error: …" or "parse_failed: …"
     seconds: float = 0.0
     usage: dict[str, int] = field(default_factory=dict)
-    tokens: dict[str, float] | None = None  # chosen-token probabilities (TokenProbabilities.summary)
+    tokens: dict[str, float] | None = None  # chosen-token probabilities (token_summary: llama.cpp's, or a server's logprobs)
     logprobs: dict[str, Any] | None = None  # a server's log-probabilities of the reply, where the call asked for them
 
 
@@ -206,7 +207,7 @@ class TokenProbabilities:
     ``logprobs`` would report, which llama-cpp-python only gives for models loaded with
     ``logits_all=True`` (the output layer for every prompt token: far too slow on a CPU). One softmax
     over the vocabulary per generated token costs ~0.3 ms against ~25 ms for the token itself.
-    The summary is a free confidence signal (:mod:`ragkit.components.confidence`).
+    Their :func:`token_summary` is a free confidence signal (:mod:`ragkit.components.confidence`).
     """
 
     def __init__(self) -> None:
@@ -222,24 +223,17 @@ class TokenProbabilities:
             self.probabilities.append(float(1.0 / np.exp(finite - top).sum()))
         return scores
 
-    def summary(self) -> dict[str, float] | None:
-        """Geometric-mean, minimum and first-token probability of the tokens generated (None before any)."""
-        p = np.clip(np.asarray(self.probabilities, dtype="float64"), 1e-12, 1.0)
-        if not p.size:
-            return None
-        return {"token_p_mean": float(np.exp(np.log(p).mean())), "token_p_min": float(p.min()), "token_p_first": float(p[0]), "tokens": int(p.size)}
-
 
 def answer_constraint(generator: Any) -> dict[str, Any]:
-    """generation_kwargs for a free-text answer (llama.cpp): it starts with its content, not a citation
-    mark, and each chosen token's probability is recorded (:class:`TokenProbabilities`, read by
-    :func:`call_llm` onto the trace and the reply)."""
+    """generation_kwargs for a free-text answer: with llama.cpp it starts with its content, not a citation
+    mark, and each chosen token's probability is recorded (:class:`TokenProbabilities`); a server is asked
+    for its chosen tokens' log-probabilities, the same numbers. :func:`call_llm` puts them on the trace and the reply."""
     if backend_of(generator) == "llama.cpp":
         from llama_cpp import LogitsProcessorList
 
         mask = FirstTokenMask(probe_for(generator).leading_citation_token_ids())
         return {"logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
-    return {}
+    return {"logprobs": True} if backend_of(generator) == "openai" else {}
 
 
 def token_recorder(generation_kwargs: dict[str, Any] | None) -> TokenProbabilities | None:
@@ -301,9 +295,9 @@ def call_llm(
     ``streaming_callback`` (a :class:`ragkit.llm.streaming.StepStream`) gets the reply's tokens as they
     come, when the generator can stream; a cached reply arrives as one chunk."""
     t0 = time.perf_counter()
-    generation_kwargs = dict(generation_kwargs or {})
-    # a one-token read of a server's log-probabilities is not a reply to cut or warn about
-    free_text = not any(k in generation_kwargs for k in ("grammar", "response_format", "logprobs"))
+    generation_kwargs = without_refused(generator, dict(generation_kwargs or {}))
+    # a one-token read of a server's top log-probabilities is not a reply to cut or warn about
+    free_text = not any(k in generation_kwargs for k in ("grammar", "response_format", "top_logprobs"))
     cache_split = prompt_cache_split(generator, messages)
     try:
         check_deadline()
@@ -336,6 +330,10 @@ def call_llm(
             reply = replies[0]
         except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
             record(llm_calls=1)
+            if refuses_logprobs(exc) and endpoint(generator) not in REFUSES_LOGPROBS:  # asked again without them, as from now on
+                REFUSES_LOGPROBS.add(endpoint(generator))
+                record(decision={"logprobs": f"refused by {describe_endpoint(generator)}: none asked for since"})
+                return call_llm(generator, messages, parse, generation_kwargs, step, streaming_callback)
             return _failed(step, llm_error(exc, generator), t0)
         seconds = time.perf_counter() - t0
         text, finish_reason = reply.text or "", (reply.meta or {}).get("finish_reason")
@@ -345,7 +343,9 @@ def call_llm(
         if isinstance(server_reused, int):  # a server's own prompt cache (llama-server, OpenAI): the prompt's reused tokens
             usage["prompt_tokens_reused"] = server_reused
         recorder = token_recorder(generation_kwargs)
-        tokens = recorder.summary() if recorder is not None else None
+        tokens = token_summary(recorder.probabilities if recorder is not None else served_token_probabilities(logprobs))
+        if not generation_kwargs.get("top_logprobs"):
+            logprobs = None  # a reply's own tokens are kept as their summary; only a judgment's alternatives are read later
         # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
         if cache_split is not None:
             usage.setdefault("prompt_tokens", cache_split[0])

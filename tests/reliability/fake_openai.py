@@ -3,8 +3,11 @@
 Modes (the path's first segment, so one server serves them all: ``http://127.0.0.1:PORT/<mode>/v1``):
 
 * ``ok``      a normal reply (``FakeOpenAI.answer``), honouring nothing but the protocol (no log-probabilities)
-* ``logprobs`` as ``ok``, but a request that asks for ``logprobs`` gets ``FakeOpenAI.top_logprobs`` (a dict
-  {token: log-probability}, or a function of the request giving one) as its first token's top alternatives
+* ``logprobs`` as ``ok``, but a request that asks for ``top_logprobs`` gets ``FakeOpenAI.top_logprobs`` (a dict
+  {token: log-probability}, or a function of the request giving one) as its first token's top alternatives,
+  and any other that asks for ``logprobs`` gets each word of its reply as a token of probability
+  ``FakeOpenAI.token_probability`` (the first word's: ``first_token_probability``)
+* ``nologprobs`` as ``ok``, but a request that asks for ``logprobs`` gets a 400 naming it (as OpenAI's reasoning models)
 * ``hang``    accepts the request and never answers (until the server stops)
 * ``empty``   200 with ``"choices": []``
 * ``broken``  200 with a body that is not JSON
@@ -17,6 +20,7 @@ Modes (the path's first segment, so one server serves them all: ``http://127.0.0
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
@@ -68,7 +72,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps(_completion(words)).encode())
         if mode == "error":
             return self._send(500, json.dumps({"error": {"message": "internal error", "type": "server_error"}}).encode())
-        if mode == "logprobs" and request.get("logprobs"):
+        if mode == "nologprobs" and "logprobs" in request:
+            error = {"message": "Unsupported parameter: 'logprobs' is not supported with this model.", "type": "invalid_request_error", "param": "logprobs"}
+            return self._send(400, json.dumps({"error": error}).encode())
+        if mode == "logprobs" and request.get("top_logprobs"):
             top = self.server.top_logprobs(request) if callable(self.server.top_logprobs) else self.server.top_logprobs
             ranked = sorted(top.items(), key=lambda kv: -kv[1])[: int(request.get("top_logprobs") or 1)]
             body = _completion(ranked[0][0], finish_reason="length")
@@ -91,15 +98,22 @@ class _Handler(BaseHTTPRequestHandler):
             text = json.dumps({"scores": [5] * int(props["scores"].get("minItems", 1))})
         else:
             text = self.server.answer
-        self._send(200, json.dumps(_completion(text)).encode())
+        body = _completion(text)
+        if mode == "logprobs" and request.get("logprobs"):  # the reply's own tokens, as a server lists them
+            words = text.split(" ")
+            p = [self.server.first_token_probability] + [self.server.token_probability] * (len(words) - 1)
+            body["choices"][0]["logprobs"] = {"content": [{"token": (" " if i else "") + w, "logprob": math.log(q), "bytes": None, "top_logprobs": []}
+                                                          for i, (w, q) in enumerate(zip(words, p))]}
+        self._send(200, json.dumps(body).encode())
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, answer: str, top_logprobs):
+    def __init__(self, answer: str, top_logprobs, token_probability: float, first_token_probability: float):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answer, self.top_logprobs = answer, top_logprobs
+        self.token_probability, self.first_token_probability = token_probability, first_token_probability
         self.requests: list[tuple[str, dict]] = []
         self.stopping = threading.Event()
 
@@ -107,8 +121,10 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     """``with FakeOpenAI() as server: server.url("hang")`` → a base URL for ``RAGKIT_OPENAI_BASE_URL``."""
 
-    def __init__(self, answer: str = "Nikola Tesla was born in Smiljan [1].", top_logprobs=None):
-        self._server = _Server(answer, top_logprobs or {"Yes": -0.5, "No": -1.0})
+    def __init__(self, answer: str = "Nikola Tesla was born in Smiljan [1].", top_logprobs=None, token_probability: float = 0.9,
+                 first_token_probability: float | None = None):
+        self._server = _Server(answer, top_logprobs or {"Yes": -0.5, "No": -1.0}, token_probability,
+                               token_probability if first_token_probability is None else first_token_probability)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> "FakeOpenAI":
