@@ -21,7 +21,7 @@ questions the calibration never saw:
 
 How it was used: on questions 1–200 (grounded) the draft's token probabilities were tried and made the
 served confidence too low (the figures are kept in the JSON), so a grounded draft asks for none; then
-questions 201–280 (free; ~12 s a free answer in-process) were run once, with nothing chosen on them.
+questions 201–280 (free; ~8 s a free answer in-process) were run once, with nothing chosen on them.
 
     .venv/bin/python bench/served_confidence.py --questions 200                               # grounded, questions 1-200
     .venv/bin/python bench/served_confidence.py --questions 80 --skip 200 --answer-mode free   # free, questions 201-280
@@ -38,6 +38,7 @@ import time
 from dataclasses import replace
 
 from judge_prompt_dev import dev_questions_and_engine
+from server_judgments import differences
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
@@ -71,11 +72,6 @@ def without_answer_tokens(row: dict, models: dict) -> float:
     full, _ = calibrated_confidence(models, values, answered=True, failed=capped)
     assert abs(full - row["confidence"]) < 1e-3, (row["id"], full, row["confidence"])  # the signals are the ones it was scored on
     return calibrated_confidence(models, {k: v for k, v in values.items() if k not in TOKEN_SIGNALS}, answered=True, failed=capped)[0]
-
-
-def distances(a: list[float], b: list[float]) -> dict:
-    gaps = sorted(abs(x - y) for x, y in zip(a, b))
-    return {"n": len(gaps), "median": round(statistics.median(gaps), 4), "p95": round(gaps[int(0.95 * (len(gaps) - 1))], 4), "max": round(gaps[-1], 4)}
 
 
 def main() -> int:
@@ -112,8 +108,8 @@ def main() -> int:
     result = {
         "questions": len(sample), "model": args.model, "strategy": "plain", "answer_mode": args.answer_mode,
         "scores": {way: score(confidences[way], right[way]) for way in WAYS},
-        "distance_from_in_process": {way: distances(confidences["in_process"], confidences[way]) for way in WAYS[1:]},
-        "distance_from_in_process_same_answer": {way: distances([confidences["in_process"][i] for i in same], [confidences[way][i] for i in same]) for way in WAYS[1:]},
+        "distance_from_in_process": {way: differences(list(zip(confidences["in_process"], confidences[way]))) for way in WAYS[1:]},
+        "distance_from_in_process_same_answer": {way: differences([(confidences["in_process"][i], confidences[way][i]) for i in same]) for way in WAYS[1:]},
         "same_answer": len(same),
         "answer_token_signals_present": {"in_process": sum(1 for r in local if "token_p_min" in r["signals"]), "served": sum(1 for r in served if "token_p_min" in r["signals"])},
         "seconds_per_question_median": {"in_process": statistics.median(r["seconds"] for r in local), "served": statistics.median(r["seconds"] for r in served)},

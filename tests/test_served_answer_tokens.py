@@ -14,9 +14,9 @@ from fake_openai import FakeOpenAI
 from haystack.dataclasses import ChatMessage
 
 from ragkit.config import ModelConfig, RagConfig
+from ragkit.llm import judgments, served_logprobs
 from ragkit.llm.cache import LLMCache, llm_cache
 from ragkit.llm.generators import build_chat_generator
-from ragkit.llm import judgments, served_logprobs
 from ragkit.llm.judgments import yes_probability
 from ragkit.llm.served_logprobs import served_token_probabilities, token_summary
 from ragkit.llm.structured import answer_constraint, call_llm, parse_answer
