@@ -5,8 +5,9 @@ ragkit's confidence is a logistic fit whose strongest signals are the answer's o
 in-process — mostly source spans decoded under a mask. Behind an OpenAI-compatible server a free-text
 answer now asks for its chosen tokens' ``logprobs`` (``ragkit.llm.structured.answer_constraint``); before,
 it had none and the fit put their calibration means in their place. A grounded answer through a server is
-a free draft snapped to a source span, whose tokens are not the span's. This script measures both, on
-questions the calibration never saw:
+decoded under the span mask's rule as a GBNF grammar and its tokens renormalised over what the grammar
+allowed (``ragkit.llm.span_grammar``); before, it was a free draft snapped to a source span, whose tokens
+are not the span's. This script measures both, on questions the calibration never saw:
 
 * the ``plain`` strategy (``--answer-mode grounded``, its default, or ``free``) answers a seeded draw of
   SQuAD dev questions outside the agreement sample (``bench/judge_prompt_dev.py``'s; ``--skip`` starts
@@ -16,16 +17,19 @@ questions the calibration never saw:
 * for each way: ECE, AUC, the share right among answers above 0.7 and the mean confidence
   (``ragkit.eval.calibration.score``); the served answers scored again without their token probabilities
   (the signals are the result's own, so this costs no LLM call); the per-question distance from the
-  in-process confidence where both gave the same answer. AUCs are over each way's own answers (a served
-  grounded answer declines more often), so they rank within a way, not across.
+  in-process confidence where both gave the same answer; how many declined. AUCs are over each way's own
+  answers (they can differ), so they rank within a way, not across.
 
-How it was used: on questions 1–200 (grounded) the draft's token probabilities were tried and made the
-served confidence too low (the figures are kept in the JSON), so a grounded draft asks for none; then
-questions 201–280 (free; ~8 s a free answer in-process) were run once, with nothing chosen on them.
+How it was used: questions 1–200 (grounded) are where choices are made — the snapped draft's token
+probabilities (tried, too low: kept in the JSON as ``grounded_snapped_draft``, at 1af4aa4), then the span
+grammar's 20 against 100 alternatives a token (100 kept; the tries under ``tried``); questions 201–280 (free;
+~8 s a free answer in-process) and 281–400 (grounded, ``--run-name grounded_heldout``) are reported, nothing
+chosen on them. ~7 min 30 s for 200 grounded questions.
 
-    .venv/bin/python bench/served_confidence.py --questions 200                               # grounded, questions 1-200
-    .venv/bin/python bench/served_confidence.py --questions 80 --skip 200 --answer-mode free   # free, questions 201-280
-    .venv/bin/python bench/served_confidence.py --rescore --answer-mode free                  # its figures again from the answers
+    .venv/bin/python bench/served_confidence.py --questions 200                                                   # grounded, 1-200
+    .venv/bin/python bench/served_confidence.py --questions 120 --skip 280 --run-name grounded_heldout            # grounded, 281-400
+    .venv/bin/python bench/served_confidence.py --questions 80 --skip 200 --answer-mode free                       # free, 201-280
+    .venv/bin/python bench/served_confidence.py --rescore --answer-mode grounded --run-name grounded_heldout      # its figures again
 """
 
 from __future__ import annotations
@@ -80,10 +84,12 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--answer-mode", choices=["grounded", "free"], default="grounded", help="plain's answers: spans (its default) or free text")
     parser.add_argument("--skip", type=int, default=0, help="start after this many questions of the seeded draw (a disjoint set)")
-    parser.add_argument("--rescore", action="store_true", help="the figures again from the last run's answers in --answer-mode (no LLM call)")
+    parser.add_argument("--run-name", help="the run's key in the JSON (default: --answer-mode), a draw of its own")
+    parser.add_argument("--rescore", action="store_true", help="the figures again from the last run's answers of --run-name (no LLM call)")
     args = parser.parse_args()
     started = time.perf_counter()
-    rows_path = CACHE / f"served_confidence_rows.{args.answer_mode}.json"
+    run_name = args.run_name or args.answer_mode
+    rows_path = CACHE / f"served_confidence_rows.{run_name}.json"
     if args.rescore:
         stored = json.loads(rows_path.read_text())
         sample, local, served, run = stored["sample"], stored["in_process"], stored["served"], stored["run"]
@@ -96,7 +102,7 @@ def main() -> int:
         rag = None  # the in-process model's memory back before the server loads its own
         with start_llama_server(args.model, parallel=1, log_path=CACHE / "served_confidence.llama-server.log") as server:
             served = answered(AgenticRAG(features, config=RagConfig(models=server.model_config()), index=index), sample, "served")
-        served_tokens = "the answer's own" if args.answer_mode == "free" else "none, a draft's are not the span's"
+        served_tokens = "the answer's own" if args.answer_mode == "free" else "the span's, renormalised over its grammar's top-100 alternatives"
         run = {"first_question": args.skip + 1, "served_answer_tokens": served_tokens, "command": "python bench/served_confidence.py " + " ".join(sys.argv[1:]),
                "seconds": round(time.perf_counter() - started, 1), "run": run_facts()}
         rows_path.write_text(json.dumps({"sample": sample, "in_process": local, "served": served, "run": run}))
@@ -111,6 +117,7 @@ def main() -> int:
         "distance_from_in_process": {way: differences(list(zip(confidences["in_process"], confidences[way]))) for way in WAYS[1:]},
         "distance_from_in_process_same_answer": {way: differences([(confidences["in_process"][i], confidences[way][i]) for i in same]) for way in WAYS[1:]},
         "same_answer": len(same),
+        "declined": {"in_process": sum(r["declined"] for r in local), "served": sum(r["declined"] for r in served)},
         "answer_token_signals_present": {"in_process": sum(1 for r in local if "token_p_min" in r["signals"]), "served": sum(1 for r in served if "token_p_min" in r["signals"])},
         "seconds_per_question_median": {"in_process": statistics.median(r["seconds"] for r in local), "served": statistics.median(r["seconds"] for r in served)},
         "rows": [{"id": a["id"], "right": [a["right"], b["right"]], "confidence": [round(a["confidence"], 4), round(b["confidence"], 4), round(c, 4)]}
@@ -119,7 +126,8 @@ def main() -> int:
     }
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data = data if "runs" in data else {"runs": {}}
-    data["runs"][args.answer_mode] = result
+    kept = {k: v for k, v in data["runs"].get(run_name, {}).items() if k in ("tried", "superseded", "code_at")}  # written by hand once
+    data["runs"][run_name] = {**result, **kept}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "run")}, indent=1))
     return 0

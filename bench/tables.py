@@ -690,24 +690,35 @@ def server_judgments_table(d: dict) -> str:
     return "\n".join(rows)
 
 
+# how each run of bench/served_confidence.py is named in its table, and what its served rows were
+_SERVED_RUNS = {
+    "grounded": ("grounded, dev (the choices made here)", "(as shipped)", "(for comparison)"),
+    "grounded_heldout": ("grounded, held out (reported)", "(as shipped)", "(for comparison)"),
+    "grounded_snapped_draft": ("grounded, before: a free draft snapped to a span", "", "(as shipped before)"),  # its label says "tried"
+    "free": ("free", "(as shipped)", "(before)"),
+}
+
+
 def served_confidence_table(d: dict) -> str:
-    rows = ["| answers (`plain`) | the confidence | ECE | AUC | right among ● (> 0.7) | mean confidence / share right | from in-process, same answers: median / p95 |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| answers (`plain`) | the confidence | declined | ECE | AUC | right among ● (> 0.7) | mean confidence / share right | from in-process, same answers: median / p95 |",
+            "|---|---|---|---|---|---|---|---|"]
     notes = []
     for mode, r in d["runs"].items():
-        served_label = f"llama-server; token probabilities: {r['served_answer_tokens']}"
-        ways = (("in_process", "llama.cpp in-process (token probabilities from its logits)"), ("served", served_label),
-                ("served_without_answer_tokens", "llama-server; token probabilities: none, the fit's means in their place "
-                                                  + ("(as shipped)" if mode == "grounded" else "(before)")))
+        title, served_note, without_note = _SERVED_RUNS[mode]
+        ways = (("in_process", "llama.cpp in-process (token probabilities from its logits)"),
+                ("served", f"llama-server; token probabilities: {r['served_answer_tokens']} {served_note}".rstrip()),
+                ("served_without_answer_tokens", f"llama-server; token probabilities: none, the fit's means in their place {without_note}"))
         first = r["first_question"]
         for key, label in ways:
             s, gap = r["scores"][key], r["distance_from_in_process_same_answer"].get(key)
             high = f"{_pct(s['high_share_correct'])} of {s['high_n']}" if s["high_n"] else "none above 0.7"
-            rows.append(f"| {mode}, questions {first}–{first + r['questions'] - 1} | {label} | {s['ece']:.3f} | {s['auc']:.3f} | {high} | "
+            declined = r["declined"]["in_process" if key == "in_process" else "served"]
+            rows.append(f"| {title}, questions {first}–{first + r['questions'] - 1} | {label} | {declined} | {s['ece']:.3f} | {s['auc']:.3f} | {high} | "
                         f"{s['mean_confidence']:.2f} / {s['share_correct']:.2f} | " + (f"{gap['median']:.3f} / {gap['p95']:.3f} |" if gap else "– |"))
-        notes.append(f"{mode}: the same answer both ways for {r['same_answer']} of {r['questions']}, `{r['command']}`")
+        at = f" at {r['code_at']}" if r.get("code_at") else ""
+        notes.append(f"{title}: the same answer both ways for {r['same_answer']} of {r['questions']}, `{r['command']}`{at}")
     return "\n".join(rows + ["", f"{next(iter(d['runs'].values()))['model']}; SQuAD dev questions outside the agreement sample (the calibration, fitted on "
-                               "new_wiki, never saw them), two disjoint draws; right = F1 ≥ 0.5, a decline is not right. " + "; ".join(notes) + "."])
+                               "new_wiki, never saw them), disjoint draws; right = F1 ≥ 0.5, a decline is not right. " + "; ".join(notes) + "."])
 
 
 def tables() -> dict[str, str]:

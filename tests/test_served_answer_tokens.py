@@ -83,14 +83,17 @@ def remote(url: str) -> RagConfig:
 
 @pytest.mark.integration  # the real embedder retrieves; the LLM is the fake server
 def test_a_served_free_answers_confidence_reads_its_token_probabilities_a_grounded_draft_gives_none(sample_index):
-    """A free answer's tokens are what the confidence's fit reads in-process; a grounded answer through a
-    server is a free draft snapped to a source span, whose tokens are not the span's (bench/served_confidence.py)."""
+    """A free answer's tokens are what the confidence's fit reads in-process. A grounded answer through a server is
+    asked for a span under a grammar, with each token's alternatives; a reply that is not such a span (this fake
+    ignores grammars) is a draft snapped to a source span, whose tokens are not the span's (bench/served_confidence.py)
+    and are not read. tests/test_span_grammar.py reads a span's; tests/test_llm_server.py on the real llama-server."""
     question, results = "Where was Nikola Tesla born?", {}
     for name, p, mode in (("sure", 0.99, "free"), ("unsure", 0.3, "free"), ("grounded", 0.99, "grounded")):
         with FakeOpenAI(answer="Smiljan [1]" if mode == "grounded" else "Nikola Tesla was born in Smiljan [1].", token_probability=p) as fake:
             results[name] = AgenticRAG(Features(answer_mode=mode), config=remote(fake.url("logprobs")), index=sample_index).ask(question)
             if mode == "grounded":
-                assert not any(r.get("logprobs") for _, r in fake.requests)  # none asked for
+                (answer_request,) = [r for _, r in fake.requests if "grammar" in r]
+                assert answer_request["top_logprobs"] == 100 and "Smiljan" in answer_request["grammar"]
     with FakeOpenAI() as fake:  # a server that sends no log-probabilities
         results["none"] = AgenticRAG(Features(answer_mode="free"), config=remote(fake.url("ok")), index=sample_index).ask(question)
     assert all(not r.failed and not r.declined and "Smiljan" in r.answer for r in results.values()), {k: (r.answer, r.error) for k, r in results.items()}

@@ -19,9 +19,11 @@ Two answer modes (``answer_mode``, or per question through the ``mode`` input, e
   question's rare terms and closest to it in embedding space); the prompt shows the model only that
   sentence, under its source's number. On llama.cpp the decoding itself can only copy
   (:class:`ragkit.llm.span_decoding.SpanMask`), starting at a word of the question's answer type (a
-  number for "how many", a name for "who": :func:`ragkit.llm.span_decoding.candidate_starts`); on a
-  backend without logits the reply is generated freely and kept only if it matches a span of the
-  evidence (:func:`ragkit.llm.span_decoding.snap_to_span`), else the step declines and says why. One
+  number for "how many", a name for "who": :func:`ragkit.llm.span_decoding.candidate_starts`); through
+  an OpenAI-compatible server the same rule is sent as a GBNF grammar, which llama-server decodes under
+  (:mod:`ragkit.llm.span_grammar`). A reply from a backend without either — a server that ignores the
+  grammar — is kept only if it matches a span of the evidence (:func:`ragkit.llm.span_decoding.snap_to_span`),
+  else the step declines and says why. One
   call, as for free text, over a prompt a fifth as long. Without evidence (the step used alone) the
   span may start in the one source sentence sharing most words with the question. With a
   ``fallback`` (a self-correction retry) spans starting like the rejected answer are banned, so the
@@ -47,6 +49,8 @@ from ragkit.eval.metrics import strip_citations
 from ragkit.llm.prompts import NO_ANSWER
 from ragkit.llm.source_spans import Span, candidate_starts, clean_span, locate_span, snap_to_span
 from ragkit.llm.span_decoding import SpanMask, vocabulary_for
+from ragkit.llm.served_logprobs import REFUSES_GRAMMAR, endpoint, token_summary
+from ragkit.llm.span_grammar import SpanGrammar
 from ragkit.llm.streaming import StepStream
 from ragkit.llm.structured import TokenProbabilities, answer_constraint, backend_of, call_llm, generator_from_dict, generator_to_dict, parse_answer
 from ragkit.pipeline.trace import record
@@ -56,6 +60,9 @@ ANSWER_MODES = ("free", "grounded")
 # bound keeps a model that copies a whole clause from spending the time of a free answer.
 SPAN_MAX_TOKENS = 32
 DRAFT_MAX_TOKENS = 48  # extract-then-verify's reply only has to name the answer
+# A served span's tokens' alternatives, to renormalise over the grammar's: the allowed tokens outside the list are
+# what the reading misses (llama-server lists any number; OpenAI and vLLM refuse over 20 and get a free draft)
+TOP_ALTERNATIVES = 100
 
 
 def _nonempty(text: str) -> str:
@@ -151,21 +158,6 @@ class GuardedGenerator:
         pool = [e for e in (evidence or []) if e.content]
         texts = [e.content for e in pool] if pool else sources
         failed = {"text": fallback if fallback else NO_ANSWER, "ok": False, "tokens": {}, "evidence": None, "mode": "grounded"}
-        if backend_of(self.chat_generator) != "llama.cpp":  # no logits: extract, then verify
-            # No token probabilities asked for: the confidence is fitted on those of a span decoded under its
-            # mask, and a free draft's are far lower (bench/served_confidence.py: with them a served answer's
-            # confidence averaged 0.31 where 0.45 were right, ECE 0.138 against 0.089 without).
-            draft_kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0}
-            draft = call_llm(self.chat_generator, messages, parse_answer, draft_kwargs, step=self.step, streaming_callback=stream)
-            if not draft.ok:
-                return failed
-            snapped = snap_to_span(draft.value, texts, question or "")
-            if snapped is None:
-                return self._no_span(draft.value)
-            return self._span_result(documents, *self._in_source(pool, *snapped), "snapped to the sources", None)
-        from llama_cpp import LogitsProcessorList
-
-        self.warm_up()
         banned = [strip_citations(fallback)] if fallback and fallback.strip() != NO_ANSWER else []
         # without evidence sentences: the one source sentence sharing most words with the question (a
         # retry, whose best span there was rejected, gets the three best)
@@ -173,6 +165,11 @@ class GuardedGenerator:
             starts = candidate_starts(question, texts, sentences=len(texts) if pool else (3 if banned else 1))
         else:
             starts = None
+        if backend_of(self.chat_generator) != "llama.cpp":  # no logits: a server's grammar, else extract then verify
+            return self._served(messages, documents, pool, texts, question, starts, banned, failed, stream)
+        from llama_cpp import LogitsProcessorList
+
+        self.warm_up()
         mask = SpanMask(vocabulary_for(self.chat_generator), texts, banned_prefixes=banned, starts=starts)
         kwargs = {"max_tokens": min(self.max_tokens, SPAN_MAX_TOKENS), "temperature": 0.0, "logits_processor": LogitsProcessorList([mask, TokenProbabilities()])}
         reply = call_llm(self.chat_generator, messages, _span, kwargs, step=self.step, streaming_callback=stream)
@@ -183,6 +180,32 @@ class GuardedGenerator:
             return self._no_span(reply.value)
         span_text = texts[found.source - 1][found.start:found.end]
         return self._span_result(documents, *self._in_source(pool, span_text, found), "copied (constrained decoding)", reply.tokens)
+
+    def _served(
+        self, messages: list[ChatMessage], documents: list[Document], pool: list[Document], texts: list[str], question: Optional[str],
+        starts: Optional[set], banned: list[str], failed: dict[str, Any], stream: Optional[StepStream],
+    ) -> dict[str, Any]:
+        """A grounded answer from a backend without logits. An OpenAI-compatible server is sent the mask's rule as a
+        GBNF grammar (llama-server decodes under it: :mod:`ragkit.llm.span_grammar`) and asked for each token's top
+        alternatives, so the span's token probabilities are read as the mask's would be; the reply is kept only as a
+        span of the evidence (:func:`~ragkit.llm.source_spans.snap_to_span`: a server that ignores the grammar gives
+        a free draft), else the step declines. A free draft's own token probabilities are not used: the confidence
+        is fitted on a span's (bench/served_confidence.py: with a draft's, its mean was 0.31 where 0.45 were right)."""
+        kwargs: dict[str, Any] = {"max_tokens": min(self.max_tokens, DRAFT_MAX_TOKENS), "temperature": 0.0}
+        grammar = SpanGrammar(texts, starts, banned) if backend_of(self.chat_generator) == "openai" else None
+        if grammar is not None and grammar.text:
+            kwargs.update(max_tokens=min(self.max_tokens, SPAN_MAX_TOKENS), extra_body={"grammar": grammar.text}, logprobs=True, top_logprobs=TOP_ALTERNATIVES)
+        draft = call_llm(self.chat_generator, messages, parse_answer, kwargs, step=self.step, streaming_callback=stream)
+        if not draft.ok:
+            return failed
+        snapped = snap_to_span(draft.value, texts, question or "")
+        if snapped is None:
+            return self._no_span(draft.value)
+        decoded = grammar is not None and grammar.text and endpoint(self.chat_generator) not in REFUSES_GRAMMAR and grammar.allows(draft.text)
+        tokens = token_summary(grammar.token_probabilities(draft.logprobs)) if decoded else None
+        if tokens:
+            record(decision={k: round(v, 4) for k, v in tokens.items() if k != "tokens"})  # the span's, not the raw ones call_llm recorded
+        return self._span_result(documents, *self._in_source(pool, *snapped), "copied (a server's grammar)" if decoded else "snapped to the sources", tokens)
 
     @staticmethod
     def _in_source(pool: list[Document], span_text: str, found: Span) -> tuple[str, Span]:

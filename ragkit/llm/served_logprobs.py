@@ -1,4 +1,4 @@
-"""Log-probabilities from an OpenAI-compatible server: a reply's own tokens, and servers that refuse them.
+"""Log-probabilities from an OpenAI-compatible server: a reply's own tokens, and servers that refuse them (or a grammar).
 
 * **A reply's own tokens.** The chat API's ``"logprobs": true`` (OpenAI, llama.cpp's ``llama-server``, vLLM,
   recent Ollama) lists each chosen token with its log-probability: under greedy decoding the same numbers
@@ -8,6 +8,9 @@
 * **A server that refuses the parameter** (HTTP 400 naming ``logprobs``: OpenAI's reasoning models do) is
   remembered by endpoint and model, and its calls are made without it — an answer without its token
   probabilities, a yes/no judgment as a constrained reply (:mod:`ragkit.llm.judgments`) — never a failed call.
+  A server that refuses a grounded answer's request — a GBNF ``grammar`` (llama-server's extension, sent in
+  ``extra_body``: the span rule, :mod:`ragkit.llm.span_grammar`) with more top alternatives than OpenAI's 20 — is
+  remembered the same way and asked for a free draft instead.
 
 Written here because Haystack's ``OpenAIChatGenerator`` passes ``logprobs`` through to its reply's ``meta``
 (a dict, or a streamed reply's list of one per chunk) but nothing in Haystack reads them.
@@ -26,6 +29,7 @@ import numpy as np
 
 # (base URL, model) of servers that answered a request with logprobs by refusing it: asked without them since
 REFUSES_LOGPROBS: set[tuple[str, str]] = set()
+REFUSES_GRAMMAR: set[tuple[str, str]] = set()  # the same, for a ``grammar`` in ``extra_body``
 LOGPROB_KEYS = ("logprobs", "top_logprobs")
 
 
@@ -48,13 +52,27 @@ def served_token_probabilities(logprobs: Any) -> list[float]:
     return [math.exp(t["logprob"]) for t in content if isinstance(t.get("logprob"), (int, float)) and math.isfinite(t["logprob"])]
 
 
-def refuses_logprobs(exc: BaseException) -> bool:
-    """Whether a failed call is a server refusing the parameter (a 400 that names it), not a failure of its own."""
-    return getattr(exc, "status_code", None) == 400 and "logprobs" in str(exc).lower()
+def refused_parameter(exc: BaseException, generation_kwargs: dict[str, Any]) -> set[tuple[str, str]] | None:
+    """Which memo a failed call belongs in when it is a server refusing a parameter it was sent (a 400 naming
+    it), not a failure of its own: :data:`REFUSES_LOGPROBS`, :data:`REFUSES_GRAMMAR`, or None."""
+    if getattr(exc, "status_code", None) != 400:
+        return None
+    message = str(exc).lower()
+    if "grammar" in (generation_kwargs.get("extra_body") or {}) and ("grammar" in message or "logprobs" in message):
+        return REFUSES_GRAMMAR  # a span answer's request (a grammar, many alternatives) is llama-server's: not the others'
+    if any(k in generation_kwargs for k in LOGPROB_KEYS) and "logprobs" in message:
+        return REFUSES_LOGPROBS
+    return None
 
 
 def without_refused(generator: Any, generation_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``generation_kwargs`` without the log-probability parameters where this server refused them before."""
-    if any(k in generation_kwargs for k in LOGPROB_KEYS) and endpoint(generator) in REFUSES_LOGPROBS:
-        return {k: v for k, v in generation_kwargs.items() if k not in LOGPROB_KEYS}
-    return generation_kwargs
+    """``generation_kwargs`` without the parameters this server refused before."""
+    kwargs = dict(generation_kwargs)
+    if endpoint(generator) in REFUSES_LOGPROBS:
+        kwargs = {k: v for k, v in kwargs.items() if k not in LOGPROB_KEYS}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, dict) and "grammar" in extra and endpoint(generator) in REFUSES_GRAMMAR:
+        # the alternatives were asked for to read the span's tokens under the grammar: a free draft's are not read
+        extra = {k: v for k, v in extra.items() if k != "grammar"}
+        kwargs = {k: v for k, v in kwargs.items() if k != "extra_body" and k not in LOGPROB_KEYS} | ({"extra_body": extra} if extra else {})
+    return kwargs

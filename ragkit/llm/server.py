@@ -18,7 +18,7 @@ the model without queueing behind each other's whole answer.
 What changes for a served model: an OpenAI-compatible server gives no next-token distribution, only
 the top 20 log-probabilities of each reply token. A yes/no judgment's P(yes) is read from those of a
 one-token reply (:mod:`ragkit.llm.judgments`: the in-process number); the grounded answer's span mask
-takes its text path (generate, then snap to a source span: :mod:`ragkit.llm.span_decoding`), and the
+is sent as a GBNF grammar the server decodes under (:mod:`ragkit.llm.span_grammar`), and the
 grader's scores are a constrained JSON reply. Answers of the free-text path are the same greedy decoding. Hand-written because no library starts llama.cpp's server for a Haystack pipeline.
 
 Usage::

@@ -16,19 +16,19 @@ A 0.5–1.5B model that has the right paragraph in front of it still writes "[2]
   occurs at; a retry (self-correction) passes the answer it rejected and the mask bans spans that
   start with it, so the model gives its next-best span.
 * :func:`locate_span` finds where a decoded span sits (source, character offsets, its sentence) for the
-  citation and the highlighted evidence; :func:`snap_to_span` is the cheaper alternative for backends
-  that give no logits (an OpenAI-compatible server): generate freely, then keep the reply only if it
-  is a span of a source, or every content word of it stands in one source sentence (then the
-  words it adds to the question are the span), else decline.
+  citation and the highlighted evidence; :func:`snap_to_span` is the way for a backend that gives no
+  logits and takes no grammar: generate freely, then keep the reply only if it is a span of a source,
+  or every content word of it stands in one source sentence (then the words it adds to the question
+  are the span), else decline. llama-server takes the mask's rule as a GBNF grammar instead
+  (:mod:`ragkit.llm.span_grammar`).
 * The model-free side — word boundaries in a source's bytes, where a span may start
   (:func:`candidate_starts`) and where one sits (:func:`locate_span`, :func:`snap_to_span`,
   :func:`evidence_for`) — is in :mod:`ragkit.llm.source_spans` and importable from here too.
 
-Hand-written because no library does it: llama.cpp's GBNF grammars could express "one of these
-strings", but a grammar over every span of three paragraphs is thousands of alternatives, and
-llama-cpp-python applies a grammar to the whole vocabulary at every step (1.8× slower per token,
-:class:`ragkit.llm.structured.FirstTokenMask`); this mask looks up at most a few thousand byte
-strings per step in a dictionary of the vocabulary.
+Hand-written because no library does it: llama.cpp's GBNF grammars can express the same rule (what a
+server is sent), but llama-cpp-python applies a grammar to the whole vocabulary at every step (1.8×
+slower per token, :class:`ragkit.llm.structured.FirstTokenMask`); this mask looks up at most a few
+thousand byte strings per step in a dictionary of the vocabulary.
 
 Usage::
 

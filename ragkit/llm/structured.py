@@ -28,7 +28,7 @@ from ragkit.llm.faults import (
 )
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint, refuses_logprobs, served_token_probabilities, token_summary, without_refused
+from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint, refused_parameter, served_token_probabilities, token_summary, without_refused
 from ragkit.llm.streaming import accepts_streaming
 from ragkit.pipeline.trace import record
 
@@ -330,9 +330,11 @@ def call_llm(
             reply = replies[0]
         except Exception as exc:  # an LLM backend can fail in many ways; all of them degrade the same
             record(llm_calls=1)
-            if refuses_logprobs(exc) and endpoint(generator) not in REFUSES_LOGPROBS:  # asked again without them, as from now on
-                REFUSES_LOGPROBS.add(endpoint(generator))
-                record(decision={"logprobs": f"refused by {describe_endpoint(generator)}: none asked for since"})
+            refused = refused_parameter(exc, generation_kwargs)
+            if refused is not None and endpoint(generator) not in refused:  # asked again without it, as from now on
+                refused.add(endpoint(generator))
+                name = "logprobs" if refused is REFUSES_LOGPROBS else "grammar"
+                record(decision={name: f"refused by {describe_endpoint(generator)}: not sent since"})
                 return call_llm(generator, messages, parse, generation_kwargs, step, streaming_callback)
             return _failed(step, llm_error(exc, generator), t0)
         seconds = time.perf_counter() - t0

@@ -5,9 +5,11 @@ Modes (the path's first segment, so one server serves them all: ``http://127.0.0
 * ``ok``      a normal reply (``FakeOpenAI.answer``), honouring nothing but the protocol (no log-probabilities)
 * ``logprobs`` as ``ok``, but a request that asks for ``top_logprobs`` gets ``FakeOpenAI.top_logprobs`` (a dict
   {token: log-probability}, or a function of the request giving one) as its first token's top alternatives,
-  and any other that asks for ``logprobs`` gets each word of its reply as a token of probability
-  ``FakeOpenAI.token_probability`` (the first word's: ``first_token_probability``)
+  and any other that asks for ``logprobs`` (a span answer's grammar too: it is ignored) gets each word of its
+  reply as a token of probability ``FakeOpenAI.token_probability`` (the first word's: ``first_token_probability``)
 * ``nologprobs`` as ``ok``, but a request that asks for ``logprobs`` gets a 400 naming it (as OpenAI's reasoning models)
+* ``nogrammar`` as ``ok``, but a request with a GBNF ``grammar`` (llama-server's extension) gets a 400 naming it
+* ``top20``   as ``logprobs`` (a grammar ignored), but a request for more than 20 ``top_logprobs`` gets a 400 (as OpenAI, vLLM)
 * ``hang``    accepts the request and never answers (until the server stops)
 * ``empty``   200 with ``"choices": []``
 * ``broken``  200 with a body that is not JSON
@@ -72,10 +74,17 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps(_completion(words)).encode())
         if mode == "error":
             return self._send(500, json.dumps({"error": {"message": "internal error", "type": "server_error"}}).encode())
+        if mode == "nogrammar" and "grammar" in request:
+            error = {"message": "Unrecognized request argument supplied: grammar", "type": "invalid_request_error", "param": None}
+            return self._send(400, json.dumps({"error": error}).encode())
+        if mode == "top20" and int(request.get("top_logprobs") or 0) > 20:
+            error = {"message": "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20.", "type": "invalid_request_error", "param": "top_logprobs"}
+            return self._send(400, json.dumps({"error": error}).encode())
+        mode = "logprobs" if mode == "top20" else mode
         if mode == "nologprobs" and "logprobs" in request:
             error = {"message": "Unsupported parameter: 'logprobs' is not supported with this model.", "type": "invalid_request_error", "param": "logprobs"}
             return self._send(400, json.dumps({"error": error}).encode())
-        if mode == "logprobs" and request.get("top_logprobs"):
+        if mode == "logprobs" and request.get("top_logprobs") and "grammar" not in request:  # a yes/no read, not a span answer
             top = self.server.top_logprobs(request) if callable(self.server.top_logprobs) else self.server.top_logprobs
             ranked = sorted(top.items(), key=lambda kv: -kv[1])[: int(request.get("top_logprobs") or 1)]
             body = _completion(ranked[0][0], finish_reason="length")
