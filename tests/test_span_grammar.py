@@ -152,3 +152,20 @@ def test_a_server_that_refuses_many_alternatives_gets_a_free_draft_and_keeps_its
     assert first["replies"][0].text == again["replies"][0].text == "Smiljan [1]" and not step.fallbacks
     assert sent[3]["logprobs"] is True and free.ok and free.tokens  # the free answer's own tokens, as before
     assert served_logprobs.REFUSES_LOGPROBS == set()
+
+
+def test_a_span_replys_alternatives_are_slimmed_before_they_are_read_or_cached():
+    """The LLM cache keeps a span reply's alternatives to read them again on a hit; 100 a token with their byte
+    lists were 110-170 kB an answer. The first 20 (a judgment's read) stay whole; past them, only alternatives
+    within e^12 of the chosen token."""
+    alternatives = [{"token": f"t{i}", "logprob": -0.1 * i if i < 30 else -20.0 - i, "bytes": [116, i]} for i in range(100)]
+    slim = served_logprobs.slim_logprobs({"content": [{"token": "t0", "logprob": 0.0, "bytes": [116], "top_logprobs": alternatives}], "refusal": None})
+    (step,) = slim["content"]
+    assert [a["token"] for a in step["top_logprobs"]] == [f"t{i}" for i in range(30)] and "bytes" not in step and slim["refusal"] is None
+    assert all(set(a) == {"token", "logprob"} for a in step["top_logprobs"])
+    streamed = served_logprobs.slim_logprobs([{"content": [{"token": "t0", "logprob": -1.0, "top_logprobs": alternatives[:25]}]}, None])
+    assert len(streamed[0]["content"][0]["top_logprobs"]) == 25 and streamed[1] is None  # -2.0 .. -2.4 are within e^12 of -1
+    grammar = SpanGrammar([SOURCE])
+    full = {"content": [{"token": "Smil", "logprob": math.log(0.5), "top_logprobs": [{"token": "born", "logprob": math.log(0.1)}] * 20
+                         + [{"token": "Tesla", "logprob": math.log(0.5) - 13}] * 80}]}
+    assert grammar.token_probabilities(served_logprobs.slim_logprobs(full)) == pytest.approx(grammar.token_probabilities(full), rel=1e-3)

@@ -52,6 +52,34 @@ def served_token_probabilities(logprobs: Any) -> list[float]:
     return [math.exp(t["logprob"]) for t in content if isinstance(t.get("logprob"), (int, float)) and math.isfinite(t["logprob"])]
 
 
+# A yes/no judgment reads at most 20 alternatives (OpenAI's most): those are kept whole. Past them (a grounded
+# span's 100) an alternative e^12 (160,000x) less likely than the chosen token adds under 0.1 % to any
+# renormalisation, and a span reply's list was 110-170 kB in the LLM cache before they were dropped.
+KEPT_ALTERNATIVES = 20
+NEGLIGIBLE_LOGPROB = 12.0
+
+
+def slim_logprobs(logprobs: Any) -> Any:
+    """What ragkit reads of an OpenAI-style ``logprobs`` (a dict, or a streamed reply's list of them): each token and
+    log-probability with its alternatives, without their byte lists, and past the first 20 alternatives without
+    those ``NEGLIGIBLE_LOGPROB`` below the chosen token. Done before the first reading, so a cached reply reads the same."""
+
+    def step(token: dict) -> dict:
+        chosen = token.get("logprob")
+        alternatives = [a for a in token.get("top_logprobs") or [] if isinstance(a, dict)]
+        kept = [{"token": a.get("token"), "logprob": a.get("logprob")} for i, a in enumerate(alternatives)
+                if i < KEPT_ALTERNATIVES or not isinstance(chosen, (int, float)) or not isinstance(a.get("logprob"), (int, float))
+                or a["logprob"] >= chosen - NEGLIGIBLE_LOGPROB]
+        return {"token": token.get("token"), "logprob": chosen, "top_logprobs": kept}
+
+    def part(value: Any) -> Any:
+        if not isinstance(value, dict) or not isinstance(value.get("content"), list):
+            return value
+        return {**value, "content": [step(t) if isinstance(t, dict) else t for t in value["content"]]}
+
+    return [part(p) for p in logprobs] if isinstance(logprobs, list) else part(logprobs)
+
+
 def refused_parameter(exc: BaseException, generation_kwargs: dict[str, Any]) -> set[tuple[str, str]] | None:
     """Which memo a failed call belongs in when it is a server refusing a parameter it was sent (a 400 naming
     it), not a failure of its own: :data:`REFUSES_LOGPROBS`, :data:`REFUSES_GRAMMAR`, or None."""

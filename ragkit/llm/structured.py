@@ -28,7 +28,7 @@ from ragkit.llm.faults import (
 )
 from ragkit.llm.probe import LlamaProbe, probe_for, prompt_cache_split
 from ragkit.llm.prompts import NO_ANSWER
-from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint, refused_parameter, served_token_probabilities, token_summary, without_refused
+from ragkit.llm.served_logprobs import REFUSES_LOGPROBS, endpoint, refused_parameter, served_token_probabilities, slim_logprobs, token_summary, without_refused
 from ragkit.llm.streaming import accepts_streaming
 from ragkit.pipeline.trace import record
 
@@ -346,8 +346,8 @@ def call_llm(
             usage["prompt_tokens_reused"] = server_reused
         recorder = token_recorder(generation_kwargs)
         tokens = token_summary(recorder.probabilities if recorder is not None else served_token_probabilities(logprobs))
-        if not generation_kwargs.get("top_logprobs"):
-            logprobs = None  # a reply's own tokens are kept as their summary; only a judgment's alternatives are read later
+        # a reply's own tokens are kept as their summary; only a judgment's or a span's alternatives are read later
+        logprobs = slim_logprobs(logprobs) if generation_kwargs.get("top_logprobs") else None
         # A streamed llama.cpp reply carries no usage: count what was sent and generated ourselves.
         if cache_split is not None:
             usage.setdefault("prompt_tokens", cache_split[0])
