@@ -20,7 +20,7 @@ from ragkit.components.guarded_generator import GuardedGenerator
 from ragkit.config import ModelConfig
 from ragkit.llm import served_logprobs
 from ragkit.llm.generators import build_chat_generator
-from ragkit.llm.span_grammar import SpanGrammar, span_grammar
+from ragkit.llm.span_grammar import SpanGrammar
 from ragkit.llm.structured import answer_constraint, call_llm, parse_answer
 from ragkit.pipeline.trace import RagkitTracer, Step
 
@@ -58,7 +58,7 @@ def sentences(grammar: str) -> set[str]:
 
 
 def test_the_grammar_allows_exactly_the_word_aligned_spans_of_one_clause_not_opening_at_a_function_word():
-    grammar = span_grammar([SOURCE])
+    grammar = SpanGrammar([SOURCE]).text
     LlamaGrammar.from_string(grammar, verbose=False)  # llama.cpp's parser takes it (quotes and all)
     assert sentences(grammar) == {
         "Tesla", "Tesla was", "Tesla was born", "Tesla was born in", "Tesla was born in Smiljan", "Tesla was born in Smiljan,",  # the clause ends
@@ -70,14 +70,14 @@ def test_the_grammar_allows_exactly_the_word_aligned_spans_of_one_clause_not_ope
 
 def test_starts_narrow_where_a_span_opens_a_retry_bans_the_rejected_answer_and_an_empty_pool_gives_none():
     smiljan = SOURCE.encode().index(b"Smiljan")
-    assert sentences(span_grammar([SOURCE], starts={(0, smiljan)})) == {"Smiljan", "Smiljan,"}
-    tesla_again = sentences(span_grammar([SOURCE], banned_prefixes=["tesla was"]))
+    assert sentences(SpanGrammar([SOURCE], starts={(0, smiljan)}).text) == {"Smiljan", "Smiljan,"}
+    tesla_again = sentences(SpanGrammar([SOURCE], banned_prefixes=["tesla was"]).text)
     assert "Tesla" not in tesla_again and "born in Smiljan" in tesla_again
     # starts that open nothing (a function word) fall back to every word start, as the mask does
     the = SOURCE.encode().index(b"in 1856")
-    assert "1856" in sentences(span_grammar([SOURCE], starts={(0, the)}))
-    assert span_grammar(["", "in the of"]) is None
-    accented = span_grammar(["Nikola Tesla était né à Smiljan — en Croatie."])
+    assert "1856" in sentences(SpanGrammar([SOURCE], starts={(0, the)}).text)
+    assert SpanGrammar(["", "in the of"]).text is None
+    accented = SpanGrammar(["Nikola Tesla était né à Smiljan — en Croatie."]).text
     LlamaGrammar.from_string(accented, verbose=False)
     assert {"né à Smiljan", "en Croatie"} <= sentences(accented)
 

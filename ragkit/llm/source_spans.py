@@ -43,6 +43,19 @@ def ends_at_word_boundary(text: bytes, end: int) -> bool:
     return end >= len(text) or not _is_word_byte(text[end]) or not _is_word_byte(text[end - 1])
 
 
+def span_openings(
+    sources: list[bytes], starts: set[tuple[int, int]] | None, banned_prefixes: list[bytes], banned_first_words: set[bytes],
+) -> list[tuple[int, int]]:
+    """(source, byte offset) where a grounded span may open: a word start among ``starts`` (every one for None),
+    not at a function word, not where a rejected answer (``banned_prefixes``, lowercased) starts. The one rule
+    for the in-process mask and a server's grammar (:mod:`ragkit.llm.span_grammar`)."""
+    return [
+        (s, start) for s, text in enumerate(sources) for start in word_starts(text)
+        if (starts is None or (s, start) in starts) and word_at(text, start).lower() not in banned_first_words
+        and not any(text[start:start + len(b)].lower() == b for b in banned_prefixes)
+    ]
+
+
 _CLAUSE_PUNCTUATION = frozenset(b".,;:!?")
 
 

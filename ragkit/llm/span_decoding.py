@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ragkit.llm.source_spans import FUNCTION_WORDS, word_at, crosses_clause, ends_at_word_boundary, word_starts
+from ragkit.llm.source_spans import FUNCTION_WORDS, crosses_clause, ends_at_word_boundary, span_openings
 
 # The longest token piece looked up: Qwen's vocabulary has longer pieces (runs of spaces, code), but
 # no word-like piece over 24 bytes; longer lookups only cost time.
@@ -138,21 +138,15 @@ class SpanMask:
 
     def _openings(self, starts: set[tuple[int, int]] | None) -> dict[int, list[tuple[int, int, int]]]:
         allowed: dict[int, list[tuple[int, int, int]]] = {}
-        for s, text in enumerate(self.sources):
-            for start in word_starts(text):
-                if starts is not None and (s, start) not in starts:
-                    continue
-                if any(text[start:start + len(b)].lower() == b for b in self.banned):
-                    continue
-                if self.banned_first_words and word_at(text, start).lower() in self.banned_first_words:
-                    continue
-                for k in range(1, min(MAX_PIECE_BYTES, len(text) - start) + 1):
-                    if crosses_clause(text, start, start + k):
-                        break
-                    piece = text[start:start + k]
-                    for candidate in (piece, b" " + piece):
-                        for token_id in self.vocabulary.by_piece.get(candidate, ()):
-                            allowed.setdefault(token_id, []).append((s, start, start + k))
+        for s, start in span_openings(self.sources, starts, self.banned, self.banned_first_words):
+            text = self.sources[s]
+            for k in range(1, min(MAX_PIECE_BYTES, len(text) - start) + 1):
+                if crosses_clause(text, start, start + k):
+                    break
+                piece = text[start:start + k]
+                for candidate in (piece, b" " + piece):
+                    for token_id in self.vocabulary.by_piece.get(candidate, ()):
+                        allowed.setdefault(token_id, []).append((s, start, start + k))
         return allowed
 
     def _next_tokens(self) -> set[int]:

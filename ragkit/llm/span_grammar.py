@@ -42,7 +42,7 @@ import json
 import math
 from typing import Any, Iterable
 
-from ragkit.llm.source_spans import FUNCTION_WORDS, _is_word_byte, crosses_clause, word_at, word_starts
+from ragkit.llm.source_spans import FUNCTION_WORDS, _is_word_byte, crosses_clause, span_openings, word_at
 
 
 def _literal(piece: bytes) -> str:
@@ -75,13 +75,9 @@ class SpanGrammar:
         banned_words = {w.lower().encode("utf-8") for w in banned_first_words}
         banned = [p.strip().lower().encode("utf-8") for p in banned_prefixes if p and p.strip()]
 
-        def opens(s: int, start: int) -> bool:
-            text = encoded[s]
-            return word_at(text, start).lower() not in banned_words and not any(text[start:start + len(b)].lower() == b for b in banned)
-
-        openings = [(s, i) for s, text in enumerate(encoded) for i in word_starts(text) if (starts is None or (s, i) in starts) and opens(s, i)]
+        openings = span_openings(encoded, starts, banned, banned_words)
         if not openings and starts is not None:
-            openings = [(s, i) for s, text in enumerate(encoded) for i in word_starts(text) if opens(s, i)]
+            openings = span_openings(encoded, None, banned, banned_words)
         # one rule a reachable word end: "stop here, or take the separator and the next word of this clause"
         rules: dict[tuple[int, int], tuple[int, int] | None] = {}
         word_ends = [_word_ends(text) for text in encoded]
@@ -150,10 +146,3 @@ class SpanGrammar:
         i = bisect.bisect_left(self._sorted, text)  # the first span >= text starts with it, if any does
         return i < len(self._sorted) and self._sorted[i].startswith(text)
 
-
-def span_grammar(
-    sources: list[str], starts: set[tuple[int, int]] | None = None, banned_prefixes: Iterable[str] = (),
-    banned_first_words: Iterable[str] = FUNCTION_WORDS,
-) -> str | None:
-    """:class:`SpanGrammar`'s GBNF text (None when no span may open)."""
-    return SpanGrammar(sources, starts, banned_prefixes, banned_first_words).text
