@@ -38,7 +38,7 @@ def test_generate_evaluate_and_report_on_a_folder_ragkit_has_never_seen(environm
         (folder / name).write_text(text)
     (folder / "map.jpg").write_bytes(b"\xff\xd8\xff")  # a type ragkit does not read: said, not silently left out
     common = ["--index-dir", str(environment / "index"), "--cache", str(environment / "cache.sqlite")]
-    assert main(["testset", "generate", str(folder), "--n", "4", "-o", "set.jsonl", *common]) == 0
+    assert main(["testset", "generate", str(folder), "-n", "4", "-o", "set.jsonl", *common]) == 0
     said = capsys.readouterr()
     assert "not read 1 file(s) of other types (1 .jpg)" in " ".join(said.out.split()), said.out
     assert re.search(r"questions kept: *\d+%\|.*\| \d+/\d+ .*\d+ tried", said.err)  # minutes of LLM calls show a bar

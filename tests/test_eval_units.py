@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
-from ragkit.eval.generate import answer_in_most_chunks, answer_spans, is_near_duplicate, join_parts, longest_copied_run, question_grammar, refers_to_its_text
+from ragkit.eval.answer_spans import answer_in_most_chunks, answer_spans
+from ragkit.eval.generate import is_near_duplicate, join_parts, longest_copied_run, question_grammar, refers_to_its_text
 from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
 from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
 
@@ -72,6 +73,24 @@ def test_answer_spans_are_verbatim_typed_and_skip_a_sentence_opening_capital():
     assert spans["July 1856"] == "time" and spans["1884"] == "time" and spans["New York City"] == "name" and spans["Smiljan"] == "name"
     assert "Tesla" not in spans and "4" not in spans  # the opening word, a lone digit
     assert all(span in sentence for span in spans)
+
+
+@pytest.mark.parametrize("sentence, name", [
+    ("In Michigan, the lakes freeze over most winters.", "Michigan"),          # kept answers of the committed generated sets
+    ("Although the Mass of Paul VI is said in the local language, Latin is kept.", "Mass of Paul VI"),
+    ("Currently Rhine water is clean enough for salmon.", "Rhine"),
+    ("He was the older half-brother of Temujin's rival.", "Temujin"),
+    ("During the Yuan dynasty the family moved to Korea.", "Yuan"),
+])
+def test_a_name_span_drops_the_words_opening_its_clause_and_a_possessive(sentence, name):
+    names = [span for span, kind in answer_spans(sentence) if kind == "name"]
+    assert name in names and all(span in sentence for span in names)
+    assert not any(span.split()[0].lower() in {"in", "although", "currently", "during"} or span.endswith("'s") for span in names)
+
+
+def test_a_name_that_opens_its_sentence_is_kept_whole():
+    assert ("New York City", "name") in answer_spans("New York City grew after 1850, and Brooklyn joined it.")
+    assert ("Brooklyn", "name") in answer_spans("New York City grew after 1850, and Brooklyn joined it.")
 
 
 def test_copy_runs_duplicates_and_the_question_grammar():

@@ -3,7 +3,7 @@
 Answer first, question second — the way a small model can be made to write usable items:
 
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
-   proper name (:func:`answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
+   proper name (:func:`ragkit.eval.answer_spans.answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
    of contents (a page number), in over a quarter of the chunks (:func:`answer_in_most_chunks`) or a kept item's answer;
 2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
    (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
@@ -30,14 +30,14 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
+from ragkit.eval.answer_spans import PROPER_NAME, answer_in_most_chunks, answer_spans
 from ragkit.eval.metrics import STOPWORDS, f1_score, normalize_answer, strip_citations
 from ragkit.eval.testset import EvalItem
 from ragkit.index.sentences import sentence_spans
@@ -49,9 +49,6 @@ from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_liter
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
 ANSWERED_F1, DUPLICATE_OVERLAP = 0.5, 0.8
-# An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%; SQuAD's generated answers: 12% at
-# most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
-COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
 # A question pointing at the text it was written from ("in the sentence", "these systems") cannot be asked of a corpus:
 # no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
 SOURCE_REFERENCE = re.compile(
@@ -109,43 +106,6 @@ class GenerationReport:
             "llm_calls": self.llm_calls,
             "cache_hits": self.cache_hits,
         }
-
-
-# -- 1. the answer span, without the LLM -------------------------------------------------------------
-_YEAR = re.compile(r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|December) (?:\d{1,2}, )?)?1[0-9]{3}\b|\b20[0-9]{2}\b")
-_NUMBER = re.compile(r"\b\d[\d,.]*(?: (?:percent|million|billion|thousand|hundred|km|miles|metres|meters|feet|people|years))?\b")
-_MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
-_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of|de|von|van|the|and) [A-Z][a-zA-Z'\-]+| [A-Z][a-zA-Z'\-]+){0,3}\b")
-
-
-def answer_spans(sentence: str) -> list[tuple[str, str]]:
-    """Candidate answers in ``sentence``: ``(span, type)`` with type ``time``, ``number`` or ``name``;
-    a one-word name counts only after a lower-case word (a capital letter after a full stop says nothing)."""
-    found: list[tuple[str, str]] = []
-    taken: list[tuple[int, int]] = []
-    for pattern, kind in ((_YEAR, "time"), (_NUMBER, "number"), (_NAME, "name")):
-        for m in pattern.finditer(sentence):
-            if any(m.start() < b and a < m.end() for a, b in taken):
-                continue
-            span = m.group(0).strip(" ,.")
-            if kind == "name" and (span.lower() in STOPWORDS or len(span) < 3 or (" " not in span and not _MID_SENTENCE.search(sentence[: m.start()]))):
-                continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
-            if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):
-                continue  # a lone digit is rarely what a question asks for
-            taken.append((m.start(), m.end()))
-            found.append((span, kind))
-    return found
-
-
-def answer_in_most_chunks(chunks: Mapping[str, Document]) -> Callable[[str], bool]:
-    """Whether an answer is too common to name a chunk: its rarest word is in over :data:`COMMON_ANSWER_SHARE`
-    of ``chunks`` (and in :data:`COMMON_ANSWER_MIN_CHUNKS` at least). One pass, a server store's in pages."""
-    chunk_words = Counter(word for chunk in chunks.values() for word in set(normalize_answer(chunk.content or "").split()))
-
-    def too_common(answer: str) -> bool:
-        holding = min((chunk_words[word] for word in normalize_answer(answer).split()), default=0)
-        return holding >= COMMON_ANSWER_MIN_CHUNKS and holding > COMMON_ANSWER_SHARE * len(chunks)
-    return too_common
 
 
 # -- 2. the question, under a grammar (and a mask for a paraphrase) ------------------------------------
@@ -281,7 +241,7 @@ def absent_entity(index: RagIndex, rng: random.Random, used: set[str]) -> str | 
 
 def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used: set[str]) -> tuple[EvalItem | None, str]:
     """The item's question about another entity: its proper name (not the answer) replaced by one absent from the index."""
-    names = [m.group(0) for m in _NAME.finditer(item.question[1:]) if m.group(0) not in " ".join(item.answers)]
+    names = [m.group(0) for m in PROPER_NAME.finditer(item.question[1:]) if m.group(0) not in " ".join(item.answers)]
     if not names:
         return None, "no_name_in_question"
     entity = absent_entity(index, rng, used)

@@ -328,7 +328,7 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     testset = sub.add_parser("testset", help="test sets from your own documents").add_subparsers(dest="testset_command", required=True)
     p = testset.add_parser("generate", parents=[common, cache], help="generate questions from a folder of documents or an index")
     p.add_argument("path", help="a folder of documents (indexed into --index-dir first) or an index folder")
-    p.add_argument("--n", type=int, default=40, help="items to generate (default 40)")
+    p.add_argument("--n", "-n", type=int, default=40, help="items to generate (default 40)")
     p.add_argument("-o", "--output", required=True, help="the JSONL test set to write")
     p.add_argument("--mix", help="shares of each kind, e.g. single=0.4,paraphrase=0.25,multi=0.15,unanswerable=0.2")
     p.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,90 @@
+"""A generated item's answer, picked from a chunk's sentence without the LLM: a year or date, a number or a proper name.
+
+Step 1 of :mod:`ragkit.eval.generate`: the answer comes first, so it is a verbatim span of its chunk by
+construction and the LLM only writes the question. Written by hand with patterns, not a tagger: they cost
+nothing on 2 cores, and their faults can be listed and tested — a capital that only opens a sentence
+("However"), a lone digit, a word that opens a clause before a name ("In Michigan", "Although the Mass of
+Paul VI"), a possessive's "'s" ("Temujin's"). Each of those is dropped here.
+
+Usage::
+
+    answer_spans("Tesla was born on 10 July 1856 in Smiljan.")   # [("July 1856", "time"), ("Smiljan", "name")]
+    too_common = answer_in_most_chunks(index.chunks)           # True for "Python" in a Python tool's docs
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Callable, Mapping
+
+from haystack import Document
+
+from ragkit.eval.metrics import STOPWORDS, normalize_answer
+
+# An answer in over a quarter of the chunks ("Python" in a Python tool's docs: 54%; SQuAD's generated answers: 12% at
+# most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
+COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
+
+YEAR = re.compile(r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|December) (?:\d{1,2}, )?)?1[0-9]{3}\b|\b20[0-9]{2}\b")
+NUMBER = re.compile(r"\b\d[\d,.]*(?: (?:percent|million|billion|thousand|hundred|km|miles|metres|meters|feet|people|years))?\b")
+PROPER_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of|de|von|van|the|and) [A-Z][a-zA-Z'\-]+| [A-Z][a-zA-Z'\-]+){0,3}\b")
+_MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
+_NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
+# Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
+# answers of the committed generated sets: "In Michigan", "As Joseph", "Although the Mass of Paul VI",
+# "Currently Rhine", "Most Platyctenida" (5 of 226); the rest are their kin.
+OPENING_WORDS = STOPWORDS | frozenset(
+    "after before during while since until although though despite following because unless unlike like upon among "
+    "between within without through throughout across against along around beyond toward towards according "
+    "most many some several both each every all any other another such only even once "
+    "currently recently originally previously formerly initially eventually finally later today now still yet "
+    "however thus meanwhile moreover furthermore nevertheless nonetheless instead additionally similarly "
+    "consequently subsequently historically traditionally generally usually typically".split()
+)
+_POSSESSIVE = re.compile(r"['’]s$")
+
+
+def _name_span(sentence: str, start: int, end: int) -> tuple[int, int]:
+    """The name inside a :data:`PROPER_NAME` match: opening words and the joiners after them dropped, a trailing
+    possessive cut ("Temujin's" → "Temujin"). Returns sentence offsets; an empty span if nothing is left."""
+    text = sentence[start:end]
+    words = text.split(" ")
+    while words and (words[0].lower() in OPENING_WORDS or words[0] in _NAME_JOINERS):
+        start += len(words.pop(0)) + 1
+    if not words:
+        return start, start
+    if possessive := _POSSESSIVE.search(words[-1]):
+        end -= len(words[-1]) - possessive.start()
+    return start, end
+
+
+def answer_spans(sentence: str) -> list[tuple[str, str]]:
+    """Candidate answers in ``sentence``: ``(span, type)`` with type ``time``, ``number`` or ``name``;
+    a one-word name counts only after a lower-case word (a capital letter after a full stop says nothing)."""
+    found: list[tuple[str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, kind in ((YEAR, "time"), (NUMBER, "number"), (PROPER_NAME, "name")):
+        for m in pattern.finditer(sentence):
+            if any(m.start() < b and a < m.end() for a, b in taken):
+                continue
+            start, end = _name_span(sentence, m.start(), m.end()) if kind == "name" else (m.start(), m.end())
+            span = sentence[start:end].strip(" ,.")
+            if kind == "name" and (span.lower() in STOPWORDS or len(span) < 3 or (" " not in span and not _MID_SENTENCE.search(sentence[:start]))):
+                continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
+            if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):
+                continue  # a lone digit is rarely what a question asks for
+            taken.append((m.start(), m.end()))
+            found.append((span, kind))
+    return found
+
+
+def answer_in_most_chunks(chunks: Mapping[str, Document]) -> Callable[[str], bool]:
+    """Whether an answer is too common to name a chunk: its rarest word is in over :data:`COMMON_ANSWER_SHARE`
+    of ``chunks`` (and in :data:`COMMON_ANSWER_MIN_CHUNKS` at least). One pass, a server store's in pages."""
+    chunk_words = Counter(word for chunk in chunks.values() for word in set(normalize_answer(chunk.content or "").split()))
+
+    def too_common(answer: str) -> bool:
+        holding = min((chunk_words[word] for word in normalize_answer(answer).split()), default=0)
+        return holding >= COMMON_ANSWER_MIN_CHUNKS and holding > COMMON_ANSWER_SHARE * len(chunks)
+    return too_common
