@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
-from ragkit.eval.answer_spans import answer_in_most_chunks, answer_spans
-from ragkit.eval.generate import is_near_duplicate, join_parts, longest_copied_run, question_grammar, refers_to_its_text
+from ragkit.eval.answer_spans import answer_in_most_chunks, answer_spans, counted_unit
+from ragkit.eval.generate import (is_near_duplicate, join_parts, longest_copied_run, question_banned_words, question_grammar, question_starts,
+                                  refers_to_its_text)
 from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
 from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
 
@@ -98,6 +99,18 @@ def test_copy_runs_duplicates_and_the_question_grammar():
     assert is_near_duplicate("Where was Tesla born?", ["Where was Tesla born ?"]) and not is_near_duplicate("What did Tesla study?", ["Where was Tesla born?"])
     grammar = question_grammar("time")
     assert grammar.startswith('root ::= ("When" | "In what year" | "In which year")') and '"?"' in grammar
+
+
+def test_a_number_counted_in_a_unit_is_asked_for_in_that_unit_and_no_opening_word_is_banned():
+    assert counted_unit("21,000 years") == "years" and counted_unit("3.45 percent") == "percent"
+    assert counted_unit("21 million") is None and counted_unit("1884") is None and counted_unit("Seven Years") is None
+    assert question_grammar("number", "years").startswith('root ::= ("How many years" | "What number of years")')
+    assert question_grammar("number", "percent").startswith('root ::= ("What percentage" | "What percent")')
+    # "years" is the answer's word and "many" the sentence's: banned, no opening the grammar allows could be written
+    sentence = "The rainforest has covered the basin for many millennia, at least 21,000 years."
+    banned = question_banned_words(sentence, "21,000 years", True, question_starts("number", "years"))
+    assert "years" not in banned and "many" not in banned and {"21", "000", "rainforest", "basin", "millennia"} <= set(banned)
+    assert "years" in question_banned_words(sentence, "21,000 years", False, question_starts("number"))  # a bare number's opening
 
 
 def test_an_answer_in_most_chunks_names_no_chunk():

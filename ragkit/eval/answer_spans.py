@@ -43,6 +43,9 @@ OPENING_WORDS = STOPWORDS | frozenset(
     "consequently subsequently historically traditionally generally usually typically".split()
 )
 _POSSESSIVE = re.compile(r"['’]s$")
+# A number's unit that names what is counted: the question asks for it ("How many years"), so it is not banned from
+# the question as the answer's other words are (banned, "21,000 years" was asked as "What number of decades").
+COUNTED_UNITS = frozenset({"people", "years", "km", "miles", "metres", "meters", "feet", "percent"})
 
 
 def _name_span(sentence: str, start: int, end: int) -> tuple[int, int]:
@@ -57,6 +60,12 @@ def _name_span(sentence: str, start: int, end: int) -> tuple[int, int]:
     if possessive := _POSSESSIVE.search(words[-1]):
         end -= len(words[-1]) - possessive.start()
     return start, end
+
+
+def counted_unit(answer: str) -> str | None:
+    """The unit a number answer counts in ("years" of "21,000 years"), or None (a bare number, "21 million")."""
+    number, _, unit = answer.rpartition(" ")
+    return unit if number[:1].isdigit() and unit in COUNTED_UNITS else None
 
 
 def answer_spans(sentence: str) -> list[tuple[str, str]]:

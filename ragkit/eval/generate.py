@@ -37,7 +37,7 @@ import numpy as np
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
-from ragkit.eval.answer_spans import PROPER_NAME, answer_in_most_chunks, answer_spans
+from ragkit.eval.answer_spans import PROPER_NAME, answer_in_most_chunks, answer_spans, counted_unit
 from ragkit.eval.metrics import STOPWORDS, f1_score, normalize_answer, strip_citations
 from ragkit.eval.testset import EvalItem
 from ragkit.index.sentences import sentence_spans
@@ -109,8 +109,15 @@ class GenerationReport:
 
 
 # -- 2. the question, under a grammar (and a mask for a paraphrase) ------------------------------------
-def question_grammar(kind: str) -> str:
-    starts = " | ".join(gbnf_literal(w) for w in QUESTION_WORDS[kind])
+def question_starts(kind: str, unit: str | None = None) -> list[str]:
+    """How the question may open: a question word fitting the answer's type, or its unit's ("How many years")."""
+    if unit is None:
+        return QUESTION_WORDS[kind]
+    return ["What percentage", "What percent"] if unit == "percent" else [f"How many {unit}", f"What number of {unit}"]
+
+
+def question_grammar(kind: str, unit: str | None = None) -> str:
+    starts = " | ".join(gbnf_literal(w) for w in question_starts(kind, unit))
     return f'root ::= ({starts}) " " word (" " word){{2,24}} "?"\nword ::= [^ ?\\n]{{1,24}}'
 
 
@@ -139,10 +146,10 @@ class BannedWords:
         return scores
 
 
-def _question_kwargs(generator: Any, kind: str, banned: list[str]) -> dict[str, Any]:
+def _question_kwargs(generator: Any, kind: str, banned: list[str], unit: str | None = None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0}
     if backend_of(generator) == "llama.cpp":
-        kwargs["grammar"] = gbnf_grammar(question_grammar(kind))
+        kwargs["grammar"] = gbnf_grammar(question_grammar(kind, unit))
         if banned:
             from llama_cpp import LogitsProcessorList
 
@@ -159,17 +166,26 @@ def _parse_question(text: str) -> str:
     return question
 
 
-def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
-    """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
-    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
+def question_banned_words(sentence: str, answer: str, paraphrase: bool, starts: list[str]) -> list[str]:
+    """Words the question may not use: the answer's own, and for a paraphrase the sentence's lower-case content words
+    too — never a word of the openings its grammar allows (a banned "many" or "years" would leave it none)."""
     banned = {w for w in re.findall(r"[A-Za-z0-9]+", answer) if w.lower() not in STOPWORDS}
     if paraphrase:
         banned |= {w for w in re.findall(r"[A-Za-z]{4,}", sentence) if w.lower() not in STOPWORDS and w[0].islower()}
+    opening = {w.lower() for start in starts for w in start.split()}
+    return sorted(w for w in banned if w.lower() not in opening)
+
+
+def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
+    """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
+    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
+    unit = counted_unit(answer) if kind == "number" else None
+    banned = question_banned_words(sentence, answer, paraphrase, question_starts(kind, unit))
     instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
                    "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
                    + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
     messages = [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
-    reply = call_llm(generator, messages, _parse_question, _question_kwargs(generator, kind, sorted(banned)), step="testset_question")
+    reply = call_llm(generator, messages, _parse_question, _question_kwargs(generator, kind, banned, unit), step="testset_question")
     return (reply.value, None) if reply.ok else (None, "unusable_reply")
 
 

@@ -1,0 +1,26 @@
+"""The test-set question writer with the real 0.5B: what its grammar and its banned words let it write."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragkit.eval.generate import write_question
+
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
+
+SENTENCE = "The Amazon rainforest has covered the basin for many millennia, at least 21,000 years, through two ice ages."
+
+
+@pytest.mark.parametrize("paraphrase", [False, True])
+def test_a_number_counted_in_years_is_asked_for_in_years(local_llm, paraphrase):
+    # before, "years" was banned with the answer's other words and the 0.5B asked "What number of decades has …?"
+    question, why = write_question(local_llm, SENTENCE, "21,000 years", "number", paraphrase=paraphrase)
+    assert why is None, why
+    assert question.startswith(("How many years", "What number of years")) and question.endswith("?")
+    assert "21,000" not in question and "21" not in question.split()
+
+
+def test_a_name_question_never_holds_its_answer(local_llm):
+    question, why = write_question(local_llm, SENTENCE, "Amazon", "name", paraphrase=False)
+    assert why is None, why
+    assert "amazon" not in question.lower() and question.endswith("?")
