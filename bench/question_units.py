@@ -27,14 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-from haystack.dataclasses import ChatMessage
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ragkit.config import ModelConfig  # noqa: E402
 from ragkit.eval.answer_spans import answer_spans, counted_unit  # noqa: E402
-from ragkit.eval.generate import QG_SYSTEM, _parse_question, _question_kwargs, question_banned_words, question_starts, write_question  # noqa: E402
+from ragkit.eval.generate import (_parse_question, _question_kwargs, question_banned_words, question_messages, question_starts,  # noqa: E402
+                                  write_question)
 from ragkit.index.ingest import load_files  # noqa: E402
 from ragkit.index.sentences import sentence_spans  # noqa: E402
 from ragkit.llm.generators import build_chat_generator  # noqa: E402
@@ -59,10 +58,7 @@ def unit_sentences() -> list[tuple[str, str]]:
 def unit_banned_question(generator, sentence: str, answer: str, paraphrase: bool) -> str | None:
     """The previous rule: the usual number openings, the unit banned with the answer's other words."""
     banned = sorted(set(question_banned_words(sentence, answer, paraphrase, question_starts("number"))) | {counted_unit(answer)})
-    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
-                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
-                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
-    reply = call_llm(generator, [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)], _parse_question,
+    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), _parse_question,
                      _question_kwargs(generator, "number", banned), step="testset_question")
     return reply.value if reply.ok else None
 

@@ -176,16 +176,20 @@ def question_banned_words(sentence: str, answer: str, paraphrase: bool, starts: 
     return sorted(w for w in banned if w.lower() not in opening)
 
 
+def question_messages(sentence: str, answer: str, paraphrase: bool) -> list[ChatMessage]:
+    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
+                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
+                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
+    return [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
+
+
 def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
     """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
     not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
     unit = counted_unit(answer) if kind == "number" else None
     banned = question_banned_words(sentence, answer, paraphrase, question_starts(kind, unit))
-    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
-                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
-                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
-    messages = [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
-    reply = call_llm(generator, messages, _parse_question, _question_kwargs(generator, kind, banned, unit), step="testset_question")
+    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), _parse_question,
+                     _question_kwargs(generator, kind, banned, unit), step="testset_question")
     return (reply.value, None) if reply.ok else (None, "unusable_reply")
 
 
