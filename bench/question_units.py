@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from ragkit.config import ModelConfig  # noqa: E402
 from ragkit.eval.answer_spans import answer_spans, counted_unit  # noqa: E402
-from ragkit.eval.generate import (_parse_question, _question_kwargs, question_banned_words, question_messages, question_starts,  # noqa: E402
+from ragkit.eval.questions import (parse_question, question_banned_words, question_kwargs, question_messages, question_starts,  # noqa: E402
                                   write_question)
 from ragkit.index.ingest import load_files  # noqa: E402
 from ragkit.index.sentences import sentence_spans  # noqa: E402
@@ -58,8 +58,8 @@ def unit_sentences() -> list[tuple[str, str]]:
 def unit_banned_question(generator, sentence: str, answer: str, paraphrase: bool) -> str | None:
     """The previous rule: the usual number openings, the unit banned with the answer's other words."""
     banned = sorted(set(question_banned_words(sentence, answer, paraphrase, question_starts("number"))) | {counted_unit(answer)})
-    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), _parse_question,
-                     _question_kwargs(generator, "number", banned), step="testset_question")
+    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), parse_question,
+                     question_kwargs(generator, "number", banned), step="testset_question")
     return reply.value if reply.ok else None
 
 

@@ -8,12 +8,14 @@ import random
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
 from ragkit.eval.answer_spans import answer_in_most_chunks, answer_spans, counted_unit
-from ragkit.eval.generate import (is_near_duplicate, join_parts, longest_copied_run, question_banned_words, question_grammar, question_starts,
-                                  refers_to_its_text)
+from ragkit.eval.generate import is_near_duplicate, join_parts, longest_copied_run, refers_to_its_text
+from ragkit.eval.questions import (MAX_WORDS_AFTER_OPENING, BannedWords, question_banned_words, question_fault, question_grammar, question_starts,
+                                   write_question)
 from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
 from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
 
@@ -111,6 +113,68 @@ def test_a_number_counted_in_a_unit_is_asked_for_in_that_unit_and_no_opening_wor
     banned = question_banned_words(sentence, "21,000 years", True, question_starts("number", "years"))
     assert "years" not in banned and "many" not in banned and {"21", "000", "rainforest", "basin", "millennia"} <= set(banned)
     assert "years" in question_banned_words(sentence, "21,000 years", False, question_starts("number"))  # a bare number's opening
+
+
+# Questions the 0.5B wrote, kept in the committed generated sets before these checks (bench/results/eval_agreement, calibration_sets)
+CUT_OFF = ["What is the name of the largest flood in the Netherlands that led to the creation of the protection dam and the inclusion of "
+           "the Dutch High Sea Dam in.NieuweMaas?",
+           "Which of the following is the name of the country that was involved in the wholesale massacres of the civilian populations in the "
+           "region of thekkwarezmian?"]
+LOOPING = ["What number of years does it take for Xbox One to be the first to be the first to be the first?",
+           "What was the name of the Canadian operation that was replaced by the Canadian operation of the Canadian Federal Reserve?",
+           "What is the name of the ancient Pampean orogeny in the Andean orogeny in the Tiertiary?"]
+
+
+def test_a_question_cut_off_at_the_grammars_word_limit_or_looping_is_a_counted_reason_not_an_item():
+    assert "{2,%d}" % (MAX_WORDS_AFTER_OPENING - 1) in question_grammar("name")  # the limit the check counts to
+    for question in CUT_OFF:
+        assert question_fault(question, question_starts("name")) == "too_long", question
+    for question in LOOPING:
+        assert question_fault(question, question_starts("name") + question_starts("number")) == "repeats_itself", question
+    for question in ["What is the name of the first Drum and Bass station in London that has been used to develop Drum and Bass?",  # a name twice
+                     "What number of km is the Staten Island Ferry's run between Manhattan and Staten Island?",
+                     "Which of the following is the name of the country that was involved in the wholesale massacres of civilians?"]:
+        assert question_fault(question, question_starts("name") + question_starts("number", "km")) is None, question
+    # through the writer, as generate_testset counts it (a mock LLM: no grammar to stop it, the check still does)
+    from haystack.components.generators.chat import MockChatGenerator
+
+    sentence = "Around 1150, large floods led to the construction of dikes, including Schielands Hoge Zeedijk along the Nieuwe Maas."
+    for reply, why in [(CUT_OFF[0], "too_long"), (LOOPING[1], "repeats_itself"), ("Which dike was built after the floods of 1150?", None)]:
+        question, reason = write_question(MockChatGenerator(responses=[reply]), sentence, "Schielands Hoge Zeedijk", "name", paraphrase=False)
+        assert reason == why and (question is None) == (why is not None), (reply, reason)
+
+
+class _Tokenizer:
+    """Qwen2.5's pieces for three words: " rainforest" is " rain" + "forest", " Khwarezmian" " Kh" + "ware" + "zm" + "ian"."""
+    PIECES = {"rainforest": ["rain", "forest"], "Rainforest": ["R", "ain", "forest"], "Khwarezmian": ["Kh", "ware", "zm", "ian"],
+              "khwarezmian": ["kh", "ware", "zm", "ian"], "Canadian": ["Canad", "ian"], "canadian": ["canad", "ian"]}
+
+    def __init__(self):
+        pieces = {p for word in self.PIECES.values() for p in word} | {" " + word[0] for word in self.PIECES.values()}
+        self.ids = {piece: i for i, piece in enumerate(sorted(pieces))}
+
+    def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
+        word = text.decode().strip()
+        pieces = list(self.PIECES[word])
+        if text.startswith(b" "):
+            pieces[0] = " " + pieces[0]
+        return [self.ids[p] for p in pieces]
+
+    def detokenize(self, ids: list[int]) -> bytes:
+        names = {i: p for p, i in self.ids.items()}
+        return "".join(names[i] for i in ids).encode()
+
+
+def test_a_banned_word_cannot_be_finished_after_another_start():
+    # banned as " rain" alone, "rainforest" came out " rainfall" + "forest" = "rainfallforest" (bench/question_faults.py)
+    tokenizer = _Tokenizer()
+    mask = BannedWords.for_model(tokenizer, ["rainforest", "Khwarezmian", "Canadian"])
+    banned = {tokenizer.detokenize([int(i)]).decode() for i in mask.token_ids}
+    assert {" rain", "rain", " R", "R", "forest", " Kh", "Kh", "ware", " Canad", "Canad", " canad", "canad"} <= banned
+    assert not banned & {"ian", "ain", "zm"}  # a suffix-like piece, or one only after a non-space start, stays allowed
+    scores = mask(np.zeros(1), np.zeros(len(tokenizer.ids)))
+    assert all(np.isneginf(scores[i]) for i in mask.token_ids) and np.isfinite(scores).sum() == len(tokenizer.ids) - len(mask.token_ids)
+    assert mask.cache_key() != {"banned_words": mask.words}  # a cached reply written under the old mask is not served
 
 
 def test_an_answer_in_most_chunks_names_no_chunk():

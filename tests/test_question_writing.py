@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from ragkit.eval.generate import write_question
+from ragkit.eval.questions import write_question
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -18,6 +20,8 @@ def test_a_number_counted_in_years_is_asked_for_in_years(local_llm, paraphrase):
     assert why is None, why
     assert question.startswith(("How many years", "What number of years")) and question.endswith("?")
     assert "21,000" not in question and "21" not in question.split()
+    if paraphrase:  # "rainforest" is banned; with only its first token " rain" banned, the 0.5B wrote "Amazon rainfallforest"
+        assert all(word == "forest" or "forest" not in word for word in re.findall(r"[a-z]+", question.lower())), question
 
 
 def test_a_name_question_never_holds_its_answer(local_llm):

@@ -5,9 +5,10 @@ Answer first, question second — the way a small model can be made to write usa
 1. a chunk's sentence and a span of it are picked *without* the LLM: a year or date, a number, or a
    proper name (:func:`ragkit.eval.answer_spans.answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
    of contents (a page number), in over a quarter of the chunks (:func:`answer_in_most_chunks`) or a kept item's answer;
-2. the LLM writes the question that sentence answers with that span, decoded under a GBNF grammar
-   (a question word fitting the span's type, words, one "?") and, for a **paraphrase** item, a logits
-   mask that bans the sentence's own content words (:class:`BannedWords`), so BM25 alone is not enough;
+2. the LLM writes the question that sentence answers with that span (:func:`ragkit.eval.questions.write_question`),
+   decoded under a GBNF grammar (a question word fitting the span's type, words, one "?") and a logits mask that
+   bans the answer's words — for a **paraphrase** item the sentence's own content words too, so BM25 alone is not
+   enough; a reply cut off at the grammar's word limit or looping is rejected there;
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
    long run of the chunk's words, stands alone (no "in the sentence", :func:`refers_to_its_text`), is not a
    near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading
@@ -33,18 +34,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 from haystack import Document
-from haystack.dataclasses import ChatMessage
 
-from ragkit.eval.answer_spans import PROPER_NAME, answer_in_most_chunks, answer_spans, counted_unit
+from ragkit.eval.answer_spans import PROPER_NAME, answer_in_most_chunks, answer_spans
 from ragkit.eval.metrics import STOPWORDS, f1_score, normalize_answer, strip_citations
+from ragkit.eval.questions import write_question
 from ragkit.eval.testset import EvalItem
 from ragkit.index.sentences import sentence_spans
 from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import context_messages, sufficiency_task
 from ragkit.llm.judgments import yes_probability
-from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal
 
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
@@ -57,8 +56,6 @@ SOURCE_REFERENCE = re.compile(
     r"|\b(?:mentioned|described|stated|listed|shown)\s+(?:above|below|here)\b"
     r"|\bthe\s+(?:specified|aforementioned|chosen)\b|\bthese\b|\bin\s+the\s+example\b", re.IGNORECASE)
 TOC_ENTRY = re.compile(r"(?:\.\s?){4,}\s*(?:\d+|[ivxlc]+)\b")  # "asn1_strerror . . . . 22": its number is a page, not a fact
-QUESTION_WORDS = {"time": ["When", "In what year", "In which year"], "number": ["How many", "How much", "What number of"],
-                  "name": ["Who", "What", "Which", "Where", "What is the name of"]}
 # Entities no corpus of ordinary documents is likely to mention; each is checked against the index.
 ABSENT_ENTITIES = [
     "Ada Lovelace", "Zanzibar", "the Atacama Desert", "Rabindranath Tagore", "Reykjavik", "the Okavango Delta", "Hedy Lamarr",
@@ -69,7 +66,6 @@ ABSENT_ENTITIES = [
 # about someone who does not exist has no answer in any corpus, and each name is still checked against it.
 INVENTED_GIVEN = ["Orsolya", "Tavita", "Ilkka", "Zdenka", "Mirela", "Teodoro", "Saoirse", "Anouk", "Radomir", "Ingrith", "Yevgenia", "Kwabena"]
 INVENTED_FAMILY = ["Varkonyi", "Tuilagi", "Haapakoski", "Brzezinska", "Castellanza", "Quispehuaman", "Falkenrath", "Oyelaran", "Zubiaurre", "Mkhabela"]
-QG_SYSTEM = "You write one short quiz question. Reply with the question only."
 
 
 @dataclass
@@ -106,91 +102,6 @@ class GenerationReport:
             "llm_calls": self.llm_calls,
             "cache_hits": self.cache_hits,
         }
-
-
-# -- 2. the question, under a grammar (and a mask for a paraphrase) ------------------------------------
-def question_starts(kind: str, unit: str | None = None) -> list[str]:
-    """How the question may open: a question word fitting the answer's type, or its unit's ("How many years")."""
-    if unit is None:
-        return QUESTION_WORDS[kind]
-    return ["What percentage", "What percent"] if unit == "percent" else [f"How many {unit}", f"What number of {unit}"]
-
-
-def question_grammar(kind: str, unit: str | None = None) -> str:
-    starts = " | ".join(gbnf_literal(w) for w in question_starts(kind, unit))
-    return f'root ::= ({starts}) " " word (" " word){{2,24}} "?"\nword ::= [^ ?\\n]{{1,24}}'
-
-
-class BannedWords:
-    """A llama-cpp-python logits processor that never lets a word of ``words`` start (any case)."""
-
-    def __init__(self, token_ids: list[int], words: list[str]):
-        self.token_ids, self.words = np.asarray(sorted(set(token_ids)), dtype=np.intc), sorted(words)
-
-    @classmethod
-    def for_model(cls, llm: Any, words: list[str]) -> "BannedWords":
-        ids: list[int] = []
-        for word in words:
-            for form in {word, word.lower(), word.capitalize()}:
-                for text in (form, " " + form):
-                    pieces = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-                    if pieces:
-                        ids.append(pieces[0])
-        return cls(ids, words)
-
-    def cache_key(self) -> dict[str, list[str]]:
-        return {"banned_words": self.words}
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        scores[self.token_ids] = -np.inf
-        return scores
-
-
-def _question_kwargs(generator: Any, kind: str, banned: list[str], unit: str | None = None) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0}
-    if backend_of(generator) == "llama.cpp":
-        kwargs["grammar"] = gbnf_grammar(question_grammar(kind, unit))
-        if banned:
-            from llama_cpp import LogitsProcessorList
-
-            if getattr(generator, "_model", None) is None:
-                generator.warm_up()
-            kwargs["logits_processor"] = LogitsProcessorList([BannedWords.for_model(generator._model, banned)])
-    return kwargs
-
-
-def _parse_question(text: str) -> str:
-    question = " ".join(text.strip().split())
-    if not question.endswith("?") or len(question.split()) < 3:
-        raise ValueError(f"not a question: {text[:80]!r}")
-    return question
-
-
-def question_banned_words(sentence: str, answer: str, paraphrase: bool, starts: list[str]) -> list[str]:
-    """Words the question may not use: the answer's own, and for a paraphrase the sentence's lower-case content words
-    too — never a word of the openings its grammar allows (a banned "many" or "years" would leave it none)."""
-    banned = {w for w in re.findall(r"[A-Za-z0-9]+", answer) if w.lower() not in STOPWORDS}
-    if paraphrase:
-        banned |= {w for w in re.findall(r"[A-Za-z]{4,}", sentence) if w.lower() not in STOPWORDS and w[0].islower()}
-    opening = {w.lower() for start in starts for w in start.split()}
-    return sorted(w for w in banned if w.lower() not in opening)
-
-
-def question_messages(sentence: str, answer: str, paraphrase: bool) -> list[ChatMessage]:
-    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
-                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
-                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
-    return [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
-
-
-def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
-    """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
-    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
-    unit = counted_unit(answer) if kind == "number" else None
-    banned = question_banned_words(sentence, answer, paraphrase, question_starts(kind, unit))
-    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), _parse_question,
-                     _question_kwargs(generator, kind, banned, unit), step="testset_question")
-    return (reply.value, None) if reply.ok else (None, "unusable_reply")
 
 
 # -- 3. the round trip -----------------------------------------------------------------------------
