@@ -96,6 +96,24 @@ def test_a_name_that_opens_its_sentence_is_kept_whole():
     assert ("Brooklyn", "name") in answer_spans("New York City grew after 1850, and Brooklyn joined it.")
 
 
+@pytest.mark.parametrize("sentence, whole, not_a_name", [
+    # sentences of SQuAD dev and new_wiki; before, the name was cut at its initial ("As Joseph" was a kept answer, then "Joseph")
+    ("As Joseph E. Inikori argues, the region's economy grew.", "Joseph E. Inikori", "Joseph"),
+    ("Apollo was dedicated to President John F. Kennedy's goal.", "President John F. Kennedy", "President John"),
+    ("Economists such as J. A. Hobson identified this justification.", "J. A. Hobson", "A. Hobson"),
+    ("The Republican ticket of George W. Bush and Dick Cheney won the state.", "George W. Bush and Dick Cheney", "Bush and Dick Cheney"),
+    # a letter ending a sentence the splitter kept whole is no initial: not before an opening word, a numeral's V, a lone one
+    ("It has five types labeled A through E. Specifically, the types are A to E.", None, "E. Specifically"),
+    ("The LM and Saturn V. Apollo flew in 1969.", "LM and Saturn", "LM and Saturn V. Apollo"),
+    ("The game was Super Bowl L. The Broncos won it in Santa Clara.", "Super Bowl", "Super Bowl L. The Broncos"),
+    ("Many services for the homeless (Collins, 2009).New York Public Library offers them cards.", "New York Public Library", "York Public Library"),
+])
+def test_a_name_keeps_its_initials_and_a_letter_ending_a_sentence_is_no_initial(sentence, whole, not_a_name):
+    names = [span for span, kind in answer_spans(sentence) if kind == "name"]
+    assert (whole is None or whole in names) and not_a_name not in names, names
+    assert all(span in sentence for span in names)
+
+
 def test_copy_runs_duplicates_and_the_question_grammar():
     assert longest_copied_run("Where was the famous inventor Tesla born?", "The famous inventor Tesla was born in Smiljan.") == 3  # articles do not count
     assert is_near_duplicate("Where was Tesla born?", ["Where was Tesla born ?"]) and not is_near_duplicate("What did Tesla study?", ["Where was Tesla born?"])

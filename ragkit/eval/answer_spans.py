@@ -4,7 +4,8 @@ Step 1 of :mod:`ragkit.eval.generate`: the answer comes first, so it is a verbat
 construction and the LLM only writes the question. Written by hand with patterns, not a tagger: they cost
 nothing on 2 cores, and their faults can be listed and tested — a capital that only opens a sentence
 ("However"), a lone digit, a word that opens a clause before a name ("In Michigan", "Although the Mass of
-Paul VI"), a possessive's "'s" ("Temujin's"). Each of those is dropped here.
+Paul VI"), a possessive's "'s" ("Temujin's"). Each of those is dropped here; a name's initials are kept ("John F.
+Kennedy", not "John").
 
 Usage::
 
@@ -27,7 +28,6 @@ from ragkit.eval.metrics import STOPWORDS, normalize_answer
 COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
 
 YEAR = re.compile(r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|December) (?:\d{1,2}, )?)?1[0-9]{3}\b|\b20[0-9]{2}\b")
-PROPER_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of|de|von|van|the|and) [A-Z][a-zA-Z'\-]+| [A-Z][a-zA-Z'\-]+){0,3}\b")
 _MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
 _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 # Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
@@ -41,6 +41,14 @@ OPENING_WORDS = STOPWORDS | frozenset(
     "however thus meanwhile moreover furthermore nevertheless nonetheless instead additionally similarly "
     "consequently subsequently historically traditionally generally usually typically".split()
 )
+# Initials are part of a name: without them a name was cut at one ("John F. Kennedy" gave "John", "George W. Bush and
+# Dick Cheney" "Bush and Dick Cheney"). Not an initial: one before a sentence's opening
+# word ("Super Bowl L. The"), a numeral's I, V or X inside a name ("Saturn V. Apollo"), or a lone one opening a name
+# ("… types A through E. Specifically"): two at least there ("J. S. Bach"), else the name starts after it.
+_INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WORDS))})\b(?!\.))"
+_WORD = r"[A-Z][a-zA-Z'\-]+"
+_INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
+PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
 _POSSESSIVE = re.compile(r"['’]s$")
 # A number's unit that names what is counted: the question asks for it ("How many years"), so it is not banned from
 # the question as the answer's other words are (banned, "21,000 years" was asked as "What number of decades").
