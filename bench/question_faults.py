@@ -34,9 +34,8 @@ sys.path.insert(0, str(REPO))
 from llama_cpp import LogitsProcessorList  # noqa: E402
 
 from ragkit.config import ModelConfig  # noqa: E402
-from ragkit.eval.answer_spans import counted_unit  # noqa: E402
-from ragkit.eval.questions import (BannedWords, parse_question, question_banned_words, question_fault, question_kwargs,  # noqa: E402
-                                   question_messages, question_starts)
+from ragkit.eval.questions import (BannedWords, answer_form, parse_question, question_banned_words, question_fault,  # noqa: E402
+                                   question_kwargs, question_messages, question_starts)
 from ragkit.llm.generators import build_chat_generator  # noqa: E402
 from ragkit.llm.structured import call_llm  # noqa: E402
 from question_units import unit_sentences  # noqa: E402  (bench/, beside this script)
@@ -77,12 +76,12 @@ def main() -> None:
     items = items_to_write()[: args.limit or None]
     rows = []
     for n, item in enumerate(items, 1):
-        unit = counted_unit(item["answer"]) if item["answer_type"] == "number" else None
-        starts = question_starts(item["answer_type"], unit)
+        form = answer_form(item["answer_type"], item["answer"])
+        starts = question_starts(item["answer_type"], form)
         banned = question_banned_words(item["sentence"], item["answer"], item["kind"] == "paraphrase", starts)
         row = {**{k: item[k] for k in ("set", "kind", "answer")}, "seconds": {}}
         for mask in MASKS if n % 2 else MASKS[::-1]:  # alternate: the second call finds llama.cpp's prompt cache warm
-            kwargs = question_kwargs(generator, item["answer_type"], banned, unit)
+            kwargs = question_kwargs(generator, item["answer_type"], banned, form)
             if mask == "first_piece" and banned:
                 kwargs["logits_processor"] = LogitsProcessorList([first_piece_mask(llm, banned)])
             started = time.perf_counter()

@@ -14,7 +14,7 @@ import pytest
 from ragkit.eval.compare import compare, markdown_report, mcnemar_exact, paired_bootstrap, pareto_front
 from ragkit.eval.answer_spans import answer_in_most_chunks, answer_spans, counted_unit
 from ragkit.eval.generate import is_near_duplicate, join_parts, longest_copied_run, refers_to_its_text
-from ragkit.eval.questions import (MAX_WORDS_AFTER_OPENING, BannedWords, question_banned_words, question_fault, question_grammar, question_starts,
+from ragkit.eval.questions import (MAX_WORDS_AFTER_OPENING, BannedWords, answer_form, question_banned_words, question_fault, question_grammar, question_starts,
                                    write_question)
 from ragkit.eval.scoring import aggregate, answer_scores, retrieval_scores
 from ragkit.eval.testset import EvalItem, load_testset, save_testset, squad_testset
@@ -73,7 +73,7 @@ def test_the_shipped_squad_sets_load_as_items_whose_chunk_is_their_paragraph():
 def test_answer_spans_are_verbatim_typed_and_skip_a_sentence_opening_capital():
     sentence = "Tesla was born on 10 July 1856 in Smiljan, and moved to New York City in 1884 with 4 letters."
     spans = dict(answer_spans(sentence))
-    assert spans["July 1856"] == "time" and spans["1884"] == "time" and spans["New York City"] == "name" and spans["Smiljan"] == "name"
+    assert spans["10 July 1856"] == "time" and spans["1884"] == "time" and spans["New York City"] == "name" and spans["Smiljan"] == "name"
     assert "Tesla" not in spans and "4" not in spans  # the opening word, a lone digit
     assert all(span in sentence for span in spans)
 
@@ -112,6 +112,22 @@ def test_a_name_keeps_its_initials_and_a_letter_ending_a_sentence_is_no_initial(
     names = [span for span, kind in answer_spans(sentence) if kind == "name"]
     assert (whole is None or whole in names) and not_a_name not in names, names
     assert all(span in sentence for span in names)
+
+
+def test_a_date_is_one_time_answer_a_month_alone_no_name_and_its_question_asks_for_a_date():
+    # SQuAD dev's first paragraph: before, "February 7, 2016" gave the year "2016" and a *name* "February"
+    spans = answer_spans("Super Bowl 50 was played on February 7, 2016, at Levi's Stadium in Santa Clara.")
+    assert ("February 7, 2016", "time") in spans and not any(span in ("February", "2016", "7") for span, _ in spans)
+    spans = answer_spans("The soundtrack was released in November 2010, and the second on January 27 in Cardiff.")
+    assert {("November 2010", "time"), ("January 27", "time")} <= set(spans) and ("November", "name") not in spans
+    assert not any(kind == "name" for _, kind in answer_spans("Rainfall peaks between August and September in the south."))
+    assert answer_spans("Tesla was born on 10 July 1856 in Smiljan.")[0] == ("10 July 1856", "time")  # the day was a number "10"
+    assert answer_form("time", "10 July 1856") == "date"
+    assert answer_form("time", "February 7, 2016") == "date" and answer_form("time", "January 27") == "date"
+    assert answer_form("time", "November 2010") == "month" and answer_form("time", "1856") is None
+    assert question_grammar("time", "date").startswith('root ::= ("When" | "On what date")')
+    assert question_starts("time", "month") == ["When", "In which month"] and question_starts("time") == ["When", "In what year", "In which year"]
+    assert answer_form("number", "21,000 years") == "years" and answer_form("name", "May Day") is None
 
 
 def test_copy_runs_duplicates_and_the_question_grammar():

@@ -9,7 +9,7 @@ Kennedy", not "John").
 
 Usage::
 
-    answer_spans("Tesla was born on 10 July 1856 in Smiljan.")   # [("July 1856", "time"), ("Smiljan", "name")]
+    answer_spans("Tesla was born on 10 July 1856 in Smiljan.")   # [("10 July 1856", "time"), ("Smiljan", "name")]
     too_common = answer_in_most_chunks(index.chunks)           # True for "Python" in a Python tool's docs
 """
 
@@ -27,7 +27,12 @@ from ragkit.eval.metrics import STOPWORDS, normalize_answer
 # most) names no chunk, and its question comes out vague. Three chunks at least, so a tiny corpus keeps its names.
 COMMON_ANSWER_SHARE, COMMON_ANSWER_MIN_CHUNKS = 0.25, 3
 
-YEAR = re.compile(r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|December) (?:\d{1,2}, )?)?1[0-9]{3}\b|\b20[0-9]{2}\b")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
+# A year, a month and year, a full date either way round ("February 7, 2016", "10 July 1856") or a month and day
+# ("January 30"). Before, a month went with a year from 1000 to 1999 only and a date's day was left out, so "February 7,
+# 2016" gave "2016" and a *name* "February", "10 July 1856" a *number* "10".
+_MONTH = "|".join(MONTHS)
+YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?![\d,])")
 _MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
 _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 # Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
@@ -87,6 +92,8 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
                 continue
             start, end = _name_span(sentence, m.start(), m.end()) if kind == "name" else (m.start(), m.end())
             span = sentence[start:end].strip(" ,.")
+            if kind == "name" and all(word in MONTHS or word in _NAME_JOINERS for word in span.split()):
+                continue  # "in February", "August and September": a time without its year, not a name
             if kind == "name" and (span.lower() in STOPWORDS or len(span) < 3 or (" " not in span and not _MID_SENTENCE.search(sentence[:start]))):
                 continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
             if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):

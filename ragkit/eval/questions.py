@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from haystack.dataclasses import ChatMessage
 
-from ragkit.eval.answer_spans import counted_unit
+from ragkit.eval.answer_spans import MONTHS, counted_unit
 from ragkit.eval.metrics import STOPWORDS
 from ragkit.llm.structured import backend_of, call_llm, gbnf_grammar, gbnf_literal
 
@@ -39,15 +39,28 @@ MAX_WORDS_AFTER_OPENING = 25  # the grammar's limit: a reply that reaches it was
 GLUED_PIECE_MIN_CHARS = 4  # a banned word's second piece this long is word-like ("forest"), not a suffix ("ian", "s")
 
 
-def question_starts(kind: str, unit: str | None = None) -> list[str]:
-    """How the question may open: a question word fitting the answer's type, or its unit's ("How many years")."""
-    if unit is None:
+def answer_form(kind: str, answer: str) -> str | None:
+    """What the question must ask for beyond the answer's type: a counted number's unit ("years" of "21,000 years"),
+    a time's ``date`` ("February 7, 2016", "January 27") or ``month`` ("November 2010"); None for a bare year or number."""
+    if kind == "number":
+        return counted_unit(answer)
+    if kind == "time" and any(word.strip(",") in MONTHS for word in answer.split()):
+        return "date" if re.search(r"\b\d{1,2}\b", answer) else "month"
+    return None
+
+
+def question_starts(kind: str, form: str | None = None) -> list[str]:
+    """How the question may open: a question word fitting the answer's type, or its form's ("How many years",
+    "On what date": a date asked "In which year" is answered with a year, and fails its round trip)."""
+    if form is None:
         return QUESTION_WORDS[kind]
-    return ["What percentage", "What percent"] if unit == "percent" else [f"How many {unit}", f"What number of {unit}"]
+    if kind == "time":
+        return ["When", "On what date"] if form == "date" else ["When", "In which month"]
+    return ["What percentage", "What percent"] if form == "percent" else [f"How many {form}", f"What number of {form}"]
 
 
-def question_grammar(kind: str, unit: str | None = None) -> str:
-    starts = " | ".join(gbnf_literal(w) for w in question_starts(kind, unit))
+def question_grammar(kind: str, form: str | None = None) -> str:
+    starts = " | ".join(gbnf_literal(w) for w in question_starts(kind, form))
     return f'root ::= ({starts}) " " word (" " word){{2,{MAX_WORDS_AFTER_OPENING - 1}}} "?"\nword ::= [^ ?\\n]{{1,24}}'
 
 
@@ -80,10 +93,10 @@ class BannedWords:
         return scores
 
 
-def question_kwargs(generator: Any, kind: str, banned: list[str], unit: str | None = None) -> dict[str, Any]:
+def question_kwargs(generator: Any, kind: str, banned: list[str], form: str | None = None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0}
     if backend_of(generator) == "llama.cpp":
-        kwargs["grammar"] = gbnf_grammar(question_grammar(kind, unit))
+        kwargs["grammar"] = gbnf_grammar(question_grammar(kind, form))
         if banned:
             from llama_cpp import LogitsProcessorList
 
@@ -134,11 +147,11 @@ def question_messages(sentence: str, answer: str, paraphrase: bool) -> list[Chat
 def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
     """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
     not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
-    unit = counted_unit(answer) if kind == "number" else None
-    starts = question_starts(kind, unit)
+    form = answer_form(kind, answer)
+    starts = question_starts(kind, form)
     banned = question_banned_words(sentence, answer, paraphrase, starts)
     reply = call_llm(generator, question_messages(sentence, answer, paraphrase), parse_question,
-                     question_kwargs(generator, kind, banned, unit), step="testset_question")
+                     question_kwargs(generator, kind, banned, form), step="testset_question")
     if not reply.ok:
         return None, "unusable_reply"
     fault = question_fault(reply.value, starts)
