@@ -254,6 +254,14 @@ def test_a_table_of_contents_line_gives_no_answer_its_number_is_a_page():
         assert not TOC_ENTRY.search(sentence), sentence
 
 
+def test_a_page_number_is_no_answer():
+    # sample_docs' functools PDF: each page's header "… — page 11 of 12" ran into its first sentence, and the 0.5B
+    # asked "What number of the document's pages is the Python function `reduce` located on?" -> "11"
+    header = "Python 3.11 documentation: functools — page 11 of 12\x0cpartial objects are like function objects, see p. 45 and pages 12-14."
+    assert [span for span, kind in answer_spans(header) if kind == "number"] == ["3.11"]
+    assert ("350", "number") in answer_spans("The book has 350 pages and sold 20,000 copies in 1999.")  # a count of pages is a number
+
+
 def test_an_answer_a_kept_item_has_is_not_asked_for_again():
     # libtasn1's manual: 4 of 9 items were answered "DER", most of them vague ("the structure used to encode data")
     from haystack import Document

@@ -54,6 +54,7 @@ _INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WOR
 _WORD = r"[A-Z][a-zA-Z'\-]+"
 _INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
 PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
+PAGE_NUMBER = re.compile(r"(?:\bpages?|\bpp?\.)\s*(?:\d+\s*(?:of|/|-|–)\s*)?$", re.IGNORECASE)  # what comes before one
 _POSSESSIVE = re.compile(r"['’]s$")
 # A number's unit that names what is counted: the question asks for it ("How many years"), so it is not banned from
 # the question as the answer's other words are (banned, "21,000 years" was asked as "What number of decades").
@@ -98,6 +99,8 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
                 continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
             if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):
                 continue  # a lone digit is rarely what a question asks for
+            if kind == "number" and PAGE_NUMBER.search(sentence[:m.start()]):
+                continue  # "— page 11 of 12", a PDF page's header: asked "What number of the document's pages …?"
             taken.append((m.start(), m.end()))
             found.append((span, kind))
     return found
