@@ -121,6 +121,7 @@ def test_a_date_is_one_time_answer_a_month_alone_no_name_and_its_question_asks_f
     spans = answer_spans("The soundtrack was released in November 2010, and the second on January 27 in Cardiff.")
     assert {("November 2010", "time"), ("January 27", "time")} <= set(spans) and ("November", "name") not in spans
     assert not any(kind == "name" for _, kind in answer_spans("Rainfall peaks between August and September in the south."))
+    assert ("March 5", "time") in answer_spans("On March 5, the team flew to Denver for the final game.")  # a comma, no year
     assert answer_spans("Tesla was born on 10 July 1856 in Smiljan.")[0] == ("10 July 1856", "time")  # the day was a number "10"
     assert answer_form("time", "10 July 1856") == "date"
     assert answer_form("time", "February 7, 2016") == "date" and answer_form("time", "January 27") == "date"
@@ -252,6 +253,19 @@ def test_a_table_of_contents_line_gives_no_answer_its_number_is_a_page():
     assert _candidate(toc, "single", llm, never, random.Random(0), [], False, lambda answer: False) == (None, "no_answer_span")
     for sentence in ["Python 3.10.4 was released in March 2022 . . . and 3.11 followed.", "It returns 22 on success."]:
         assert not TOC_ENTRY.search(sentence), sentence
+
+
+@pytest.mark.parametrize("sentence, not_a_name, name", [
+    # sample_docs' Amazon page: "Mya" was a paraphrase item's answer; SQuAD dev and new_wiki sentences
+    ("From 66–34 Mya, the rainforest extended as far south as 45°.", "Mya", None),
+    ("The 802.11n standard runs at 5 GHz in most offices.", "GHz", None),
+    ("In 1746, some 3,000 British troops landed near the port.", "British", None),
+    ("In 1882 Tesla began work at the Continental Edison Company.", None, "Tesla"),  # after a year: a name
+    ("On May 21, 2013, NFL owners voted in Boston.", None, "NFL"),  # after a date's comma
+])
+def test_the_word_after_a_count_is_what_it_counts_not_a_name(sentence, not_a_name, name):
+    names = [span for span, kind in answer_spans(sentence) if kind == "name"]
+    assert not_a_name not in names and (name is None or name in names), names
 
 
 def test_a_page_number_is_no_answer():

@@ -4,8 +4,8 @@ Step 1 of :mod:`ragkit.eval.generate`: the answer comes first, so it is a verbat
 construction and the LLM only writes the question. Written by hand with patterns, not a tagger: they cost
 nothing on 2 cores, and their faults can be listed and tested — a capital that only opens a sentence
 ("However"), a lone digit, a word that opens a clause before a name ("In Michigan", "Although the Mass of
-Paul VI"), a possessive's "'s" ("Temujin's"). Each of those is dropped here; a name's initials are kept ("John F.
-Kennedy", not "John").
+Paul VI"), a possessive's "'s" ("Temujin's"), the word after a count ("66–34 Mya", "3,000 British"), a page number.
+Each of those is dropped here; a name's initials are kept ("John F. Kennedy", not "John").
 
 Usage::
 
@@ -32,7 +32,7 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 # ("January 30"). Before, a month went with a year from 1000 to 1999 only and a date's day was left out, so "February 7,
 # 2016" gave "2016" and a *name* "February", "10 July 1856" a *number* "10".
 _MONTH = "|".join(MONTHS)
-YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?![\d,])")
+YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?!\d|,\s*\d)")
 _MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
 _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 # Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
@@ -47,13 +47,14 @@ OPENING_WORDS = STOPWORDS | frozenset(
     "consequently subsequently historically traditionally generally usually typically".split()
 )
 # Initials are part of a name: without them a name was cut at one ("John F. Kennedy" gave "John", "George W. Bush and
-# Dick Cheney" "Bush and Dick Cheney"). Not an initial: one before a sentence's opening
-# word ("Super Bowl L. The"), a numeral's I, V or X inside a name ("Saturn V. Apollo"), or a lone one opening a name
-# ("… types A through E. Specifically"): two at least there ("J. S. Bach"), else the name starts after it.
+# Dick Cheney" "Bush and Dick Cheney"). Not an initial: one before a sentence's opening word ("Super Bowl L. The"), a
+# numeral's I, V or X inside a name ("Saturn V. Apollo"), or a lone one opening a name ("… types A through E.
+# Specifically"): two at least there ("J. S. Bach"), else the name starts after it.
 _INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WORDS))})\b(?!\.))"
 _WORD = r"[A-Z][a-zA-Z'\-]+"
 _INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
 PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
+_AFTER_A_COUNT = re.compile(r"(?<![\d,.])(?!(?:1\d{3}|20\d{2})\s$)\d(?:[\d,.–-]*\d)?\s$")  # a number, not a year ("In 1882 Tesla")
 PAGE_NUMBER = re.compile(r"(?:\bpages?|\bpp?\.)\s*(?:\d+\s*(?:of|/|-|–)\s*)?$", re.IGNORECASE)  # what comes before one
 _POSSESSIVE = re.compile(r"['’]s$")
 # A number's unit that names what is counted: the question asks for it ("How many years"), so it is not banned from
@@ -95,6 +96,8 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
             span = sentence[start:end].strip(" ,.")
             if kind == "name" and all(word in MONTHS or word in _NAME_JOINERS for word in span.split()):
                 continue  # "in February", "August and September": a time without its year, not a name
+            if kind == "name" and " " not in span and _AFTER_A_COUNT.search(sentence[:start]):
+                continue  # "66–34 Mya", "5 GHz", "3,000 British": what a number counts, or its unit, is not a name
             if kind == "name" and (span.lower() in STOPWORDS or len(span) < 3 or (" " not in span and not _MID_SENTENCE.search(sentence[:start]))):
                 continue  # one capitalised word counts only mid-sentence: "However", "Otherwise" open clauses
             if kind == "number" and not re.search(r"\d{2,}|\d[,.]\d| ", span):

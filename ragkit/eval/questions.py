@@ -1,11 +1,12 @@
 """Step 2 of a generated test-set item: the local LLM writes the question a sentence answers with a given span.
 
 The answer was picked first (:mod:`ragkit.eval.answer_spans`); here the LLM writes the question, decoded under a
-GBNF grammar (:func:`question_grammar`: an opening fitting the answer's type, at most :data:`MAX_WORDS_AFTER_OPENING`
-more words, one "?") and a logits mask (:class:`BannedWords`) that keeps the answer's own words out of the question —
-for a **paraphrase**, the sentence's lower-case content words too, so BM25 alone is not enough. Written by hand: the
-mask is a llama-cpp-python logits processor, and what a small model does against a grammar and a mask is this
-task's own. Three things the 0.5B did against them, each seen in the committed generated sets:
+GBNF grammar (:func:`question_grammar`: an opening fitting the answer's type and form — "How many years", "On what
+date" — at most :data:`MAX_WORDS_AFTER_OPENING` more words, one "?") and a logits mask (:class:`BannedWords`) that
+keeps the answer's own words out of the question — for a **paraphrase**, the sentence's lower-case content words
+too, so BM25 alone is not enough. Written by hand: the mask is a llama-cpp-python logits processor, and what a small
+model does against a grammar and a mask is this task's own. Three things the 0.5B did against them, each seen in
+questions it wrote:
 
 * it glued a banned word back together: the mask bans a word's first token, and "rainforest" (" rain" + "forest")
   came out " rainfall" + "forest" = "rainfallforest". The mask now bans a banned word's second piece too when it is
