@@ -58,12 +58,6 @@ def items_to_write() -> list[dict]:
     return items
 
 
-def first_piece_mask(llm, words: list[str]) -> BannedWords:
-    ids = [llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[0]
-           for word in words for form in {word, word.lower(), word.capitalize()} for text in (form, " " + form)]
-    return BannedWords(ids, words)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--llm", default="qwen2.5-coder-0.5b")
@@ -83,7 +77,7 @@ def main() -> None:
         for mask in MASKS if n % 2 else MASKS[::-1]:  # alternate: the second call finds llama.cpp's prompt cache warm
             kwargs = question_kwargs(generator, item["answer_type"], banned, form)
             if mask == "first_piece" and banned:
-                kwargs["logits_processor"] = LogitsProcessorList([first_piece_mask(llm, banned)])
+                kwargs["logits_processor"] = LogitsProcessorList([BannedWords.for_model(llm, banned, second_pieces=False)])
             started = time.perf_counter()
             reply = call_llm(generator, question_messages(item["sentence"], item["answer"], item["kind"] == "paraphrase"),
                              parse_question, kwargs, step="testset_question")

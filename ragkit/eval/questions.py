@@ -67,27 +67,29 @@ def question_grammar(kind: str, form: str | None = None) -> str:
 
 class BannedWords:
     """A llama-cpp-python logits processor that never lets a word of ``words`` start (any case), nor be finished
-    after another start: a banned word's word-like second piece is banned as well ("forest" of "rainforest")."""
+    after another start: a banned word's word-like second piece is banned as well ("forest" of "rainforest").
+    ``second_pieces=False`` is the mask before that, kept for ``bench/question_faults.py``'s comparison."""
 
-    def __init__(self, token_ids: list[int], words: list[str]):
+    def __init__(self, token_ids: list[int], words: list[str], second_pieces: bool = True):
         self.token_ids, self.words = np.asarray(sorted(set(token_ids)), dtype=np.intc), sorted(words)
+        self.second_pieces = second_pieces
 
     @classmethod
-    def for_model(cls, llm: Any, words: list[str]) -> "BannedWords":
+    def for_model(cls, llm: Any, words: list[str], second_pieces: bool = True) -> "BannedWords":
         ids: list[int] = []
         for word in words:
             for form in {word, word.lower(), word.capitalize()}:
                 for text in (form, " " + form):
                     pieces = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
                     ids += pieces[:1]
-                    if text[0] == " " and len(pieces) > 1:  # a word mid-sentence: " rain" + "forest"
+                    if second_pieces and text[0] == " " and len(pieces) > 1:  # a word mid-sentence: " rain" + "forest"
                         second = llm.detokenize(pieces[1:2]).decode("utf-8", errors="ignore")
                         if second.isalpha() and len(second) >= GLUED_PIECE_MIN_CHARS:
                             ids.append(pieces[1])
-        return cls(ids, words)
+        return cls(ids, words, second_pieces)
 
-    def cache_key(self) -> dict[str, Any]:
-        return {"banned_words": self.words, "pieces": "first and word-like second"}
+    def cache_key(self) -> dict[str, Any]:  # the two masks write different questions: a cached reply is not shared
+        return {"banned_words": self.words, "pieces": "first and word-like second" if self.second_pieces else "first"}
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         scores[self.token_ids] = -np.inf
