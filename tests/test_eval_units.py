@@ -268,6 +268,38 @@ def test_the_word_after_a_count_is_what_it_counts_not_a_name(sentence, not_a_nam
     assert not_a_name not in names and (name is None or name in names), names
 
 
+@pytest.mark.parametrize("sentence, whole, not_answers", [
+    # SQuAD dev's first paragraph and its kin: a name's own number was cut off ("Super Bowl" and "50", asked apart)
+    ("Super Bowl 50 was an American football game to determine the champion.", "Super Bowl 50", ["Super Bowl", "50"]),
+    ("The crew of Apollo 11, the first to land, returned safely.", "Apollo 11", ["Apollo", "11"]),
+    ("Microsoft later released Windows 8.1.", "Windows 8.1", ["Windows", "8.1"]),
+    ("Bach wrote the cantata BWV 62 (Nun komm) for the first Sunday in Advent.", "BWV 62", ["BWV", "62"]),
+    ("The program replaced Windows NT 3.1 Advanced Server in most offices.", "Windows NT 3.1", ["Windows NT", "3.1"]),
+    # a count, a score, a ratio, an opening word or a possessive keeps the number apart
+    ("The team had won Super Bowl XL 10 seasons earlier in Detroit.", None, ["Super Bowl XL 10"]),
+    ("Denver beat the Carolina Panthers 24–10 to earn the title.", None, ["Carolina Panthers 24"]),
+    ("British settlers outnumbered the French 20 to 1 in the colonies.", None, ["French 20"]),
+    ("In 999, according to Amatus of Montecassino, pilgrims came to Salerno.", None, ["999"]),  # no *name* "999"
+    ("The saxophone necks of Yanagisawa's 902 model are made of bronze.", None, ["Yanagisawa's 902"]),
+])
+def test_a_name_keeps_its_own_number(sentence, whole, not_answers):
+    spans = answer_spans(sentence)
+    names = [span for span, kind in spans if kind == "name"]
+    assert (whole is None or whole in names) and not set(not_answers) & set(names), spans
+    if whole is not None:  # and the number is not asked for on its own
+        assert not set(not_answers) & {span for span, _ in spans}, spans
+
+
+def test_an_era_year_is_a_time_answer():
+    # "AD 14" was a number "14" ("What number …?"), "8,000 BC" the number "8,000"; asked "When" / "In what year" now
+    assert ("AD 14", "time") in answer_spans("Augustus died in AD 14 at Nola in Campania.")
+    assert ("753 BC", "time") in answer_spans("Rome was founded in 753 BC by Romulus, the story says.")
+    assert ("10,000 BC", "time") in answer_spans("Farming began in the Levant from around 10,000 BC.")
+    assert ("330 CE", "time") in answer_spans("The city was refounded as Constantinople in 330 CE by Constantine.")
+    assert not any(span.startswith("AD 0") for span, _ in answer_spans("Geoglyphs were found dating between AD 0–1250 in Acre."))
+    assert answer_form("time", "753 BC") is None and question_starts("time") == ["When", "In what year", "In which year"]
+
+
 def test_a_page_number_is_no_answer():
     # sample_docs' functools PDF: each page's header "… — page 11 of 12" ran into its first sentence, and the 0.5B
     # asked "What number of the document's pages is the Python function `reduce` located on?" -> "11"

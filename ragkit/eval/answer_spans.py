@@ -5,7 +5,8 @@ construction and the LLM only writes the question. Written by hand with patterns
 nothing on 2 cores, and their faults can be listed and tested — a capital that only opens a sentence
 ("However"), a lone digit, a word that opens a clause before a name ("In Michigan", "Although the Mass of
 Paul VI"), a possessive's "'s" ("Temujin's"), the word after a count ("66–34 Mya", "3,000 British"), a page number.
-Each of those is dropped here; a name's initials are kept ("John F. Kennedy", not "John").
+Each of those is dropped here; a name keeps its initials and its own number ("John F. Kennedy", not "John";
+"Super Bowl 50", not "Super Bowl" and "50"), and an era's year is a time ("AD 14", "753 BC").
 
 Usage::
 
@@ -32,7 +33,8 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 # ("January 30"). Before, a month went with a year from 1000 to 1999 only and a date's day was left out, so "February 7,
 # 2016" gave "2016" and a *name* "February", "10 July 1856" a *number* "10".
 _MONTH = "|".join(MONTHS)
-YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?!\d|,\s*\d)")
+YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?!\d|,\s*\d)"
+                  r"|\bAD \d{1,4}\b(?![–-]\d)|(?<![\d,.])(?:\d{1,2},\d{3}|\d{1,5}) (?:BCE?|AD|CE)\b")  # an era's year: "AD 14" and "500 BC" were numbers
 _MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
 _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 # Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
@@ -41,7 +43,8 @@ _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 OPENING_WORDS = STOPWORDS | frozenset(
     "after before during while since until although though despite following because unless unlike like upon among "
     "between within without through throughout across against along around beyond toward towards according "
-    "most many some several both each every all any other another such only even once "
+    "most many some several both each every all any other another such only even once either neither nor "
+    "more less fewer below above nearly approximately roughly "
     "currently recently originally previously formerly initially eventually finally later today now still yet "
     "however thus meanwhile moreover furthermore nevertheless nonetheless instead additionally similarly "
     "consequently subsequently historically traditionally generally usually typically".split()
@@ -54,6 +57,13 @@ _INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WOR
 _WORD = r"[A-Z][a-zA-Z'\-]+"
 _INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
 PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
+# A name's own number is part of it ("Super Bowl 50", "Apollo 11", "Windows 8.1", "BWV 62"): without it the name was
+# cut before it ("Super Bowl") and the number taken alone ("50"). Only where the number ends the name — at the sentence's
+# end or a punctuation mark, before a function word or another name; before another word it is as often a count
+# ("Norway 8.5 years", "Super Bowl XL 10 seasons"); a score ("24–10"), a ratio ("the French 20 to 1"), a thousands
+# comma, a year or a possessive's number ("Yanagisawa's 902") never joins.
+NAMED_NUMBER = re.compile(rf"{PROPER_NAME.pattern} \d+(?:\.\d+)*(?=[.,;:)]?(?:\s|$))(?!,\d)")
+_NAMED_NUMBER_ENDS = re.compile(r"\s*$|[.,;:)]|\s+(?!(?:to|or|and|by|x|times|per)\s+\d)(?:\(|[A-Z]|(?P<word>[a-z]+)\b)")
 _AFTER_A_COUNT = re.compile(r"(?<![\d,.])(?!(?:1\d{3}|20\d{2})\s$)\d(?:[\d,.–-]*\d)?\s$")  # a number, not a year ("In 1882 Tesla")
 PAGE_NUMBER = re.compile(r"(?:\bpages?|\bpp?\.)\s*(?:\d+\s*(?:of|/|-|–)\s*)?$", re.IGNORECASE)  # what comes before one
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -77,6 +87,13 @@ def _name_span(sentence: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _ends_a_name(rest: str) -> bool:
+    """Whether a number followed by ``rest`` can end a name: at the end, a punctuation mark, a function word,
+    an opening parenthesis or a capital ("Super Bowl 50 was", "Interstate 5, the", "Apollo 15 Lunar Module")."""
+    follows = _NAMED_NUMBER_ENDS.match(rest)
+    return follows is not None and (follows.group("word") is None or follows.group("word") in OPENING_WORDS)
+
+
 def counted_unit(answer: str) -> str | None:
     """The unit a number answer counts in ("years" of "21,000 years"), or None (a bare number, "21 million")."""
     number, _, unit = answer.rpartition(" ")
@@ -88,12 +105,16 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
     a one-word name counts only after a lower-case word (a capital letter after a full stop says nothing)."""
     found: list[tuple[str, str]] = []
     taken: list[tuple[int, int]] = []
-    for pattern, kind in ((YEAR, "time"), (NUMBER, "number"), (PROPER_NAME, "name")):
+    for pattern, kind in ((YEAR, "time"), (NAMED_NUMBER, "name"), (NUMBER, "number"), (PROPER_NAME, "name")):
         for m in pattern.finditer(sentence):
             if any(m.start() < b and a < m.end() for a, b in taken):
                 continue
+            if pattern is NAMED_NUMBER and not _ends_a_name(sentence[m.end():]):
+                continue  # "Apollo 13 landing": a count or a name's number, the name and the number stay apart
             start, end = _name_span(sentence, m.start(), m.end()) if kind == "name" else (m.start(), m.end())
             span = sentence[start:end].strip(" ,.")
+            if pattern is NAMED_NUMBER and (not re.search(r"[A-Za-z]", span) or re.search(r"['’]s\b", span)):
+                continue  # "In 999, …" is a number after an opening word; "Yanagisawa's 902" what the name has, not its name
             if kind == "name" and all(word in MONTHS or word in _NAME_JOINERS for word in span.split()):
                 continue  # "in February", "August and September": a time without its year, not a name
             if kind == "name" and " " not in span and _AFTER_A_COUNT.search(sentence[:start]):
