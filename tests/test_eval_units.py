@@ -157,7 +157,8 @@ CUT_OFF = ["What is the name of the largest flood in the Netherlands that led to
            "region of thekkwarezmian?"]
 LOOPING = ["What number of years does it take for Xbox One to be the first to be the first to be the first?",
            "What was the name of the Canadian operation that was replaced by the Canadian operation of the Canadian Federal Reserve?",
-           "What is the name of the ancient Pampean orogeny in the Andean orogeny in the Tiertiary?"]
+           "What is the name of the ancient Pampean orogeny in the Andean orogeny in the Tiertiary?",
+           "What was the name of the operating system released on February17,2,2,2,2,2,2,2?"]  # the 0.5B on "NT 4.0": one token looping
 
 
 def test_a_question_cut_off_at_the_grammars_word_limit_or_looping_is_a_counted_reason_not_an_item():
@@ -168,7 +169,8 @@ def test_a_question_cut_off_at_the_grammars_word_limit_or_looping_is_a_counted_r
         assert question_fault(question, question_starts("name") + question_starts("number")) == "repeats_itself", question
     for question in ["What is the name of the first Drum and Bass station in London that has been used to develop Drum and Bass?",  # a name twice
                      "What number of km is the Staten Island Ferry's run between Manhattan and Staten Island?",
-                     "Which of the following is the name of the country that was involved in the wholesale massacres of civilians?"]:
+                     "Which of the following is the name of the country that was involved in the wholesale massacres of civilians?",
+                     "How many of the 1, 2, 2, 3 sequence's terms are even?"]:  # a number three times running is no loop
         assert question_fault(question, question_starts("name") + question_starts("number", "km")) is None, question
     # through the writer, as generate_testset counts it (a mock LLM: no grammar to stop it, the check still does)
     from haystack.components.generators.chat import MockChatGenerator

@@ -127,6 +127,8 @@ def question_fault(question: str, starts: list[str]) -> str | None:
     ordinary = {w for w in words if w.islower() and w not in STOPWORDS}
     if any(runs.count(run) > 1 and ordinary & set(run) for run in runs):
         return "repeats_itself"
+    if any(len({w.lower() for w in words[i:i + 4]}) == 1 for i in range(len(words) - 3)):
+        return "repeats_itself"  # one word or number four times running: "released on February17,2,2,2,2,2,2,2?"
     return None
 
 
