@@ -35,7 +35,6 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 _MONTH = "|".join(MONTHS)
 YEAR = re.compile(rf"\b(?:(?:\d{{1,2}} )?(?:{_MONTH}) (?:\d{{1,2}}, )?)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b|\b(?:{_MONTH}) \d{{1,2}}\b(?!\d|,\s*\d)"
                   r"|\bAD \d{1,4}\b(?![–-]\d)|(?<![\d,.])(?:\d{1,2},\d{3}|\d{1,5}) (?:BCE?|AD|CE)\b")  # an era's year: "AD 14" and "500 BC" were numbers
-_MID_SENTENCE = re.compile(r"[a-z0-9,'\)] $")
 _NAME_JOINERS = {"of", "de", "von", "van", "the", "and"}
 # Words a sentence opens with, capitalised only for that: before a name they are not part of it. Seen as kept
 # answers of the committed generated sets: "In Michigan", "As Joseph", "Although the Mass of Paul VI",
@@ -54,7 +53,10 @@ OPENING_WORDS = STOPWORDS | frozenset(
 # numeral's I, V or X inside a name ("Saturn V. Apollo"), or a lone one opening a name ("… types A through E.
 # Specifically"): two at least there ("J. S. Bach"), else the name starts after it.
 _INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WORDS))})\b(?!\.))"
-_WORD = r"[A-Z][a-zA-Z'\-]+"
+# Letters beyond ASCII too: with [A-Z][a-zA-Z]+ "Möngke Khan" gave "Khan", "Ögedei" nothing, "Kraków" "Krak".
+_UPPER = "A-Z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.isupper())
+_WORD = rf"[{_UPPER}](?:[^\W\d_]|['\-])+"
+_MID_SENTENCE = re.compile(rf"(?:[^\W_{_UPPER}]|[,'\)]) $")  # after a lower-case letter, a digit, a comma, "'" or ")"
 _INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
 PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
 # A name's own number is part of it ("Super Bowl 50", "Apollo 11", "Windows 8.1", "BWV 62"): without it the name was
