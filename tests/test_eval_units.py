@@ -231,11 +231,14 @@ def test_a_question_that_points_at_its_source_text_is_not_standalone():
                      "Which type of computer is mentioned in the given sentence?", "What is described in this paragraph?",
                      "Which programming language is not included in any of the specified versions?", "Which architect listed above won?",
                      # from Node.js's API pages and the AWS CLI's docs (both kept, then joined into two-part items)
-                     "What is the name of the Python interpreter used in the given example?", "What operating system does the following error codes apply to?"]:
+                     "What is the name of the Python interpreter used in the given example?", "What operating system does the following error codes apply to?",
+                     # a "his" whose owner only the source sentence names: sample_docs ("His father was Shi Bingzhi"), a committed new_wiki item
+                     "Who was the name of his dad?", "What was the name of the company that was involved in the first and second years of his life?"]:
         assert refers_to_its_text(question), question
     for question in ["The passage of what act gave Victoria its own government?", "Who wrote the text of the Declaration?",
                      "Where was Tesla born?", "What sentence did the court hand down in 1921?", "Who won the title the following year?",
-                     "Which table did the treaty's signatories sit at?"]:
+                     "Which table did the treaty's signatories sit at?", "Who did Genghis Khan want to eliminate from his rule?",
+                     "What do most platyctenida have on their aboral surface?", "When did Tesla say he had a vision of the motor?"]:
         assert not refers_to_its_text(question), question
 
 
@@ -634,3 +637,10 @@ def test_an_unanswerable_item_needs_a_name_in_its_question_and_finds_an_absent_e
     assert all(outcome == "accepted" for _, outcome in made) and len(used) == 30  # never the same entity twice
     assert all("Genghis Khan" not in swapped.question and swapped.meta["replaced"][0] == "Genghis Khan" for swapped, _ in made)
     assert unanswerable_from(EvalItem("when was it built?", ["1900"], kind="single"), EveryRealName(), rng, used) == (None, "no_name_in_question")
+    # a month is no entity to swap: "Which state was the terrorist attack in September 11, 2001?" (a committed new_wiki item)
+    # became "… in Rabindranath Tagore 11, 2001?", and `ragkit testset generate sample_docs` wrote "… played on Svalbard 4, 2014?"
+    dated = EvalItem("What is the name of the NFL game that will be played on June 4, 2014?", ["Super Bowl LI"], kind="single")
+    swapped, outcome = unanswerable_from(dated, EveryRealName(), rng, used)
+    assert outcome == "accepted" and swapped.meta["replaced"][0] == "NFL" and "June 4, 2014" in swapped.question
+    assert unanswerable_from(EvalItem("Which state was attacked on September 11?", ["New York"], kind="single"), EveryRealName(), rng, used) \
+        == (None, "no_name_in_question")
