@@ -306,6 +306,17 @@ def test_a_name_may_have_letters_beyond_ascii():
     assert "Zürich" not in [span for span, _ in answer_spans("The meeting of the ÉCOLE Zürich group was held in spring.")]
 
 
+def test_a_name_keeps_its_roman_numeral():
+    # the name was cut before a one-letter numeral: "Charles" of "Charles V", "World War" of "World War I" (76 sentences)
+    spans = answer_spans("King Francis I of France met Pope Leo X in Rome, then Charles V, Holy Roman Emperor, in 1520.")
+    assert {"King Francis I of France", "Pope Leo X", "Charles V"} <= {span for span, kind in spans if kind == "name"}, spans
+    assert ("Saturn V", "name") in answer_spans("The Saturn V launch vehicle was tested at the Cape in 1967.")
+    assert ("NCAA Division I Ivy League", "name") in answer_spans("Harvard plays in the NCAA Division I Ivy League conference.")
+    # the pronoun "I" is no numeral, nor a letter a full stop follows (a sentence's end the splitter missed)
+    assert [span for span, _ in answer_spans("In Paris I met the painter who lived there.")] == ["Paris"]
+    assert ("LM and Saturn", "name") in answer_spans("The LM and Saturn V. Apollo flew in 1969.")
+
+
 def test_an_era_year_is_a_time_answer():
     # "AD 14" was a number "14" ("What number …?"), "8,000 BC" the number "8,000"; asked "When" / "In what year" now
     assert ("AD 14", "time") in answer_spans("Augustus died in AD 14 at Nola in Campania.")

@@ -5,8 +5,9 @@ construction and the LLM only writes the question. Written by hand with patterns
 nothing on 2 cores, and their faults can be listed and tested — a capital that only opens a sentence
 ("However"), a lone digit, a word that opens a clause before a name ("In Michigan", "Although the Mass of
 Paul VI"), a possessive's "'s" ("Temujin's"), the word after a count ("66–34 Mya", "3,000 British"), a page number.
-Each of those is dropped here; a name keeps its initials and its own number ("John F. Kennedy", not "John";
-"Super Bowl 50", not "Super Bowl" and "50"), and an era's year is a time ("AD 14", "753 BC").
+Each of those is dropped here; a name keeps its initials, its own number and its Roman numeral ("John F. Kennedy", not
+"John"; "Super Bowl 50", not "Super Bowl" and "50"; "Charles V"), any Latin letters ("Ögedei"), and an era's year is a
+time ("AD 14", "753 BC").
 
 Usage::
 
@@ -57,8 +58,13 @@ _INITIAL = rf"[A-Z]\. (?!(?:{'|'.join(sorted(w.capitalize() for w in OPENING_WOR
 _UPPER = "A-Z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.isupper())
 _WORD = rf"[{_UPPER}](?:[^\W\d_]|['\-])+"
 _MID_SENTENCE = re.compile(rf"(?:[^\W_{_UPPER}]|[,'\)]) $")  # after a lower-case letter, a digit, a comma, "'" or ")"
-_INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_WORD}"
-PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
+# A one-letter Roman numeral inside or ending a name ("Charles V", "World War I", "Pope Leo X in 1520"): the name was cut
+# before it. Not one a full stop follows ("Saturn V. Apollo": a sentence's end the splitter missed), nor an "I" before a
+# lower-case word other than "of", "in" and "and" ("In Paris I met …" is the pronoun).
+_NUMERAL = r"(?:[VX](?=[\s,;:)]|\.?$)|I(?=[,;:)]|\.?$|\s+(?:of|in|and)\b|\s+[\(A-Z]))"
+_NUMBERED_WORD = rf"{_WORD}(?: {_NUMERAL})?"  # the numeral goes with its word: it does not count against a name's length
+_INNER_WORD = rf"(?:(?![IVX]\.){_INITIAL}){{0,3}}{_NUMBERED_WORD}"
+PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_NUMBERED_WORD}(?: (?:of|de|von|van|the|and) {_INNER_WORD}| {_INNER_WORD}){{0,3}}\b")
 # A name's own number is part of it ("Super Bowl 50", "Apollo 11", "Windows 8.1", "BWV 62"): without it the name was
 # cut before it ("Super Bowl") and the number taken alone ("50"). Only where the number ends the name — at the sentence's
 # end or a punctuation mark, before a function word or another name; before another word it is as often a count
