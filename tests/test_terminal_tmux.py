@@ -35,9 +35,10 @@ class Tmux:
         self.env = env
         self.width, self.height = width, height
 
-    def start(self, command: str) -> None:
+    def start(self, command: str, cwd: Path | None = None) -> None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        subprocess.run([*self.base, "new-session", "-d", "-x", str(self.width), "-y", str(self.height), f"env {exports} {command}; sleep 600"], check=True)
+        where = ["-c", str(cwd)] if cwd else []
+        subprocess.run([*self.base, "new-session", "-d", *where, "-x", str(self.width), "-y", str(self.height), f"env {exports} {command}; sleep 600"], check=True)
         subprocess.run([*self.base, "set-option", "-g", "history-limit", "5000"], check=True)
 
     def send(self, text: str) -> None:
@@ -194,10 +195,12 @@ def test_eval_and_tune_read_at_80_columns(terminal, sample_index, sample_index_d
     items = [EvalItem(q, [a], kind="single", chunks=[next(i for i, c in sample_index.chunks.items() if a in c.content)]) for q, a in asked.items()]
     testset = save_testset(items, tmp_path / "set.jsonl")
     common = f"--index-dir {shlex.quote(str(sample_index_dir))} --testset {shlex.quote(str(testset))} --judge-llm none " \
-             f"--runs-dir {shlex.quote(str(tmp_path / 'runs'))} --cache {shlex.quote(str(tmp_path / 'cache.sqlite'))}"
+             f"--runs-dir runs --cache {shlex.quote(str(tmp_path / 'cache.sqlite'))}"
     cli = f"{shlex.quote(sys.executable)} -m ragkit.ui.cli"
     tmux = terminal(80, 24)
-    tmux.start(f"{cli} eval --features plain {common} && {cli} tune --strategies plain,sparse_only --latency-budget 120 {common}")
+    # from the test's folder, as a user runs it from theirs: the run's path is printed as given, and an absolute temp path
+    # ran past 80 columns once pytest's numbered folder reached pytest-100 (rich then folded "…/runs/plain: 4 rows")
+    tmux.start(f"{cli} eval --features plain {common} && {cli} tune --strategies plain,sparse_only --latency-budget 120 {common}", cwd=tmp_path)
     text = tmux.wait_for(lambda s: "tune.json" in s or "error" in s, timeout=400)
     lines = visible_lines(text)
     assert all(len(line) <= 80 for line in lines), text  # -J joins what the terminal wrapped: a longer line was folded
