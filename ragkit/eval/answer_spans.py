@@ -71,7 +71,7 @@ PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_NUMBERED_WORD}(?: (?:o
 # ("Norway 8.5 years", "Super Bowl XL 10 seasons"); a score ("24–10"), a ratio ("the French 20 to 1"), a thousands
 # comma, a year or a possessive's number ("Yanagisawa's 902") never joins.
 NAMED_NUMBER = re.compile(rf"{PROPER_NAME.pattern} \d+(?:\.\d+)*(?=[.,;:)]?(?:\s|$))(?!,\d)")
-_NAMED_NUMBER_ENDS = re.compile(r"\s*$|[.,;:)]|\s+(?!(?:to|or|and|by|x|times|per)\s+\d)(?:\(|[A-Z]|(?P<word>[a-z]+)\b)")
+_NAMED_NUMBER_ENDS = re.compile(rf"\s*$|[.,;:)]|\s+(?!(?:to|or|and|by|x|times|per)\s+\d)(?:\(|[{_UPPER}]|(?P<word>[a-z]+)\b)")
 _AFTER_A_COUNT = re.compile(r"(?<![\d,.])(?!(?:1\d{3}|20\d{2})\s$)\d(?:[\d,.–-]*\d)?\s$")  # a number, not a year ("In 1882 Tesla")
 PAGE_NUMBER = re.compile(r"(?:\bpages?|\bpp?\.)\s*(?:\d+\s*(?:of|/|-|–)\s*)?$", re.IGNORECASE)  # what comes before one
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -121,7 +121,7 @@ def answer_spans(sentence: str) -> list[tuple[str, str]]:
                 continue  # "Apollo 13 landing": a count or a name's number, the name and the number stay apart
             start, end = _name_span(sentence, m.start(), m.end()) if kind == "name" else (m.start(), m.end())
             span = sentence[start:end].strip(" ,.")
-            if pattern is NAMED_NUMBER and (not re.search(r"[A-Za-z]", span) or re.search(r"['’]s\b", span)):
+            if pattern is NAMED_NUMBER and (not re.search(r"[^\W\d_]", span) or re.search(r"['’]s\b", span)):
                 continue  # "In 999, …" is a number after an opening word; "Yanagisawa's 902" what the name has, not its name
             if kind == "name" and all(word in MONTHS or word in _NAME_JOINERS for word in span.split()):
                 continue  # "in February", "August and September": a time without its year, not a name

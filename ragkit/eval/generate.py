@@ -10,12 +10,13 @@ Answer first, question second — the way a small model can be made to write usa
    bans the answer's words — for a **paraphrase** item the sentence's own content words too, so BM25 alone is not
    enough; a reply cut off at the grammar's word limit or looping is rejected there;
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
-   long run of the chunk's words, stands alone (no "in the sentence", :func:`refers_to_its_text`), is not a
-   near-duplicate of a kept question, and is **answerable from its chunk**: the grounded answer step, reading
-   that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk answers the question) is recorded beside it;
+   long run of the chunk's words, stands alone (no "in the sentence", no "his" before any name:
+   :func:`refers_to_its_text`), is not a near-duplicate of a kept question, and is **answerable from its chunk**:
+   the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk
+   answers the question) is recorded beside it;
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
-   place of one it does (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
+   place of one it does, never a month (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
 
 Every reject is counted by kind and reason (:class:`GenerationReport`). LLM calls go through
 :func:`ragkit.llm.structured.call_llm`, so an active LLM cache (:mod:`ragkit.llm.cache`) serves a rerun.
