@@ -38,7 +38,9 @@ class Tmux:
     def start(self, command: str, cwd: Path | None = None) -> None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         where = ["-c", str(cwd)] if cwd else []
-        subprocess.run([*self.base, "new-session", "-d", *where, "-x", str(self.width), "-y", str(self.height), f"env {exports} {command}; sleep 600"], check=True)
+        # through `sh -c`, so the settings reach every command of a line ("ragkit eval … && ragkit tune …"), not the first only
+        line = f"env {exports} sh -c {shlex.quote(command)}; sleep 600"
+        subprocess.run([*self.base, "new-session", "-d", *where, "-x", str(self.width), "-y", str(self.height), line], check=True)
         subprocess.run([*self.base, "set-option", "-g", "history-limit", "5000"], check=True)
 
     def send(self, text: str) -> None:
