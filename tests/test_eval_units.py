@@ -655,3 +655,9 @@ def test_an_unanswerable_item_needs_a_name_in_its_question_and_finds_an_absent_e
     assert outcome == "accepted" and swapped.meta["replaced"][0] == "NFL" and "June 4, 2014" in swapped.question
     assert unanswerable_from(EvalItem("Which state was attacked on September 11?", ["New York"], kind="single"), EveryRealName(), rng, used) \
         == (None, "no_name_in_question")
+    # nor is code: `ragkit testset generate sample_docs` made "What is the shorthand for raising a `Srinivasa Ramanujan`?"
+    coded = EvalItem("What is the shorthand for raising a `TypeError` in Python?", ["ValueError"], kind="single")
+    swapped, outcome = unanswerable_from(coded, EveryRealName(), rng, used)
+    assert outcome == "accepted" and swapped.meta["replaced"][0] == "Python" and "`TypeError`" in swapped.question
+    assert unanswerable_from(EvalItem("What does `functools.reduce` return for `Foo`?", ["a value"], kind="single"), EveryRealName(), rng, used) \
+        == (None, "no_name_in_question")

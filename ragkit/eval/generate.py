@@ -15,8 +15,8 @@ Answer first, question second — the way a small model can be made to write usa
    the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk
    answers the question) is recorded beside it;
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
-   (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's
-   place of one it does, never a month (:data:`ABSENT_ENTITIES`, checked against the index's own vocabulary).
+   (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's place of one
+   it does, never a month nor code in backticks (:data:`ABSENT_ENTITIES`, checked against the index's vocabulary).
 
 Every reject is counted by kind and reason (:class:`GenerationReport`). LLM calls go through
 :func:`ragkit.llm.structured.call_llm`, so an active LLM cache (:mod:`ragkit.llm.cache`) serves a rerun.
@@ -181,8 +181,10 @@ def absent_entity(index: RagIndex, rng: random.Random, used: set[str]) -> str | 
 
 def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used: set[str]) -> tuple[EvalItem | None, str]:
     """The item's question about another entity: its proper name (not the answer) replaced by one absent from the index."""
-    names = [m.group(0) for m in PROPER_NAME.finditer(item.question[1:]) if m.group(0) not in " ".join(item.answers)
-             and m.group(0) not in MONTHS]  # "the attack in September 11, 2001" became "in Rabindranath Tagore 11, 2001"
+    # not a month ("the attack in September 11, 2001" became "in Rabindranath Tagore 11, 2001"), nor code: a name inside
+    # `…` is an identifier ("What is the shorthand for raising a `TypeError`?" became "… a `Srinivasa Ramanujan`?")
+    names = [m.group(0) for m in PROPER_NAME.finditer(item.question, 1) if m.group(0) not in " ".join(item.answers)
+             and m.group(0) not in MONTHS and item.question[:m.start()].count("`") % 2 == 0]
     if not names:
         return None, "no_name_in_question"
     entity = absent_entity(index, rng, used)
