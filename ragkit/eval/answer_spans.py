@@ -70,7 +70,7 @@ PROPER_NAME = re.compile(rf"\b(?:(?:{_INITIAL}){{2,3}})?{_NUMBERED_WORD}(?: (?:o
 # end or a punctuation mark, before a function word or another name; before another word it is as often a count
 # ("Norway 8.5 years", "Super Bowl XL 10 seasons"); a score ("24–10"), a ratio ("the French 20 to 1"), a thousands
 # comma, a year or a possessive's number ("Yanagisawa's 902") never joins.
-NAMED_NUMBER = re.compile(rf"{PROPER_NAME.pattern} \d+(?:\.\d+)*(?=[.,;:)]?(?:\s|$))(?!,\d)")
+NAMED_NUMBER = re.compile(rf"{PROPER_NAME.pattern} \d+(?:\.\d+)*(?=[.,;:)]?(?:\s|$))")  # "4,760": a comma then a digit fails
 _NAMED_NUMBER_ENDS = re.compile(rf"\s*$|[.,;:)]|\s+(?!(?:to|or|and|by|x|times|per)\s+\d)(?:\(|[{_UPPER}]|(?P<word>[a-z]+)\b)")
 _AFTER_A_COUNT = re.compile(r"(?<![\d,.])(?!(?:1\d{3}|20\d{2})\s$)\d(?:[\d,.–-]*\d)?\s$")  # a number, not a year ("In 1882 Tesla")
 PAGE_NUMBER = re.compile(r"(?:\bpages?|\bpp?\.)\s*(?:\d+\s*(?:of|/|-|–)\s*)?$", re.IGNORECASE)  # what comes before one
