@@ -661,3 +661,46 @@ def test_an_unanswerable_item_needs_a_name_in_its_question_and_finds_an_absent_e
     assert outcome == "accepted" and swapped.meta["replaced"][0] == "Python" and "`TypeError`" in swapped.question
     assert unanswerable_from(EvalItem("What does `functools.reduce` return for `Foo`?", ["a value"], kind="single"), EveryRealName(), rng, used) \
         == (None, "no_name_in_question")
+
+
+def test_a_second_model_reads_a_kept_item_again_and_drops_it_when_it_calls_the_answer_wrong():
+    # a person labelled 112 of the 156 items the 0.5B wrote and its own round trip kept invalid ("What is the name of
+    # the city where Westinghouse Electric is located?" -> "Niagara Falls"): bench/item_checks.py
+    import random
+
+    from haystack import Document
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from ragkit.eval.generate import _candidate, second_reading
+    from scripted_llm import scripted  # tests/scripted_llm.py
+
+    chunk = Document(id="c1", content="The canal between the two coasts opened in 1822 after many years of hard work by local men.")
+    writer = MockChatGenerator(responses=["When did the waterway begin carrying boats?"])
+    answer_step = lambda question, document: "1822"  # noqa: E731  (the round trip gives the span back)
+    too_common = lambda answer: False  # noqa: E731
+    for reply, expected in (("yes", "accepted"), ("no", "judged_not_its_answer"), ("banana", "check_failed")):
+        checker, seen = scripted(reply)
+        check = lambda q, a, c: second_reading(checker, q, a, c, 0.74)  # noqa: E731,B023
+        item, outcome = _candidate(chunk, "single", writer, answer_step, random.Random(0), [], False, too_common, check)
+        assert outcome == expected, (reply, outcome)
+        asked = seen[-1][-1].text
+        assert "When did the waterway begin carrying boats?" in asked and "1822" in asked and "local men" in " ".join(m.text for m in seen[-1])
+        assert (item is not None) == (expected == "accepted")
+    assert item is None and outcome == "check_failed"  # an item nobody could check is not kept
+    checker, _ = scripted("yes")
+    item, _ = _candidate(chunk, "single", writer, answer_step, random.Random(0), [], False, too_common,
+                         lambda q, a, c: second_reading(checker, q, a, c, 0.74))
+    assert item.meta["check_p_correct"] == 1.0 and item.answers == ["1822"]
+
+
+def test_testset_generate_reads_items_again_only_when_given_a_check_model(capsys):
+    from ragkit.eval.generate import CHECK_MODEL, CHECK_THRESHOLD
+    from ragkit.ui.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["testset", "generate", "docs", "-o", "set.jsonl"]).check_llm is None  # off until its cost is measured
+    assert parser.parse_args(["testset", "generate", "docs", "-o", "s.jsonl", "--check-llm", CHECK_MODEL]).check_llm == CHECK_MODEL
+    assert CHECK_MODEL == "qwen2.5-coder-1.5b" and 0 < CHECK_THRESHOLD < 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["testset", "generate", "--help"])
+    assert "--check-llm" in capsys.readouterr().out  # the help renders (a bare % in it would raise)
