@@ -318,6 +318,10 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
     returned = answered_from_chunk(answer_step, question, chunk, answer)
     if returned < ANSWERED_F1:
         return None, "not_answerable_from_its_chunk"
+    if check is not None:  # before the recorded judge: a rejected candidate costs no second pass
+        p_correct, why = check(question, answer, chunk)
+        if why is not None:
+            return None, why
     meta: dict[str, Any] = {"sentence": sentence, "answer_type": answer_kind, "round_trip_f1": round(returned, 3)}
     if judge:
         try:
@@ -325,8 +329,5 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
         except RuntimeError as exc:  # an unusable judge reply is recorded, not fatal: the round trip decided
             meta["judge_error"] = str(exc)[:120]
     if check is not None:
-        p_correct, why = check(question, answer, chunk)
-        if why is not None:
-            return None, why
         meta["check_p_correct"] = p_correct
     return EvalItem(question=question, answers=[answer], kind=kind, chunks=[chunk.id], source=chunk.meta.get("source"), meta=meta), "accepted"
