@@ -31,6 +31,16 @@ choice is made from this script's figures.
     .venv/bin/python bench/eval_agreement.py --set held_out.json.gz --paragraphs 300 --generated 120 --real 120   # -> sets["held_out"]
     -> bench/results/eval_agreement.json (sets merged), the test sets in bench/results/eval_agreement/
 
+The generated set's writer is ``--writer-model``: by default the 1.5B, the model ``ragkit testset generate`` writes
+with unless configured otherwise. The first committed sets (``{set}.generated.jsonl``, and every figure of a set's
+entry without a ``writer_model``) were written by the 0.5B the strategies answer with, whose items a person found
+valid far less often (``bench/writer_model.py``); a set another model writes is ``{set}.generated.{model}.jsonl``, its
+figures the entry's ``by_writer`` section (beside the first, never over it), its strategies' runs in a folder of its
+own while the real questions' runs are shared. ``--generate-only`` writes the set and its report and stops:
+
+    .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --generate-only
+    .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240 --writer-model qwen2.5-coder-1.5b
+
 ``--real`` above 120 keeps the first runs' 120 real questions and adds a second seeded draw from the
 paragraphs' other questions: the split-half τ of the real rankings at 120 says they are mostly noise at
 that size. Such a run writes its real set to ``{set}.real{N}.jsonl`` and its figures to the set's
@@ -66,11 +76,12 @@ import random
 from statistics import mean
 import sys
 import time
+from pathlib import Path
 
 from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
-from ragkit.config import ModelConfig, RagConfig
+from ragkit.config import DEFAULT_LLM, ModelConfig, RagConfig
 from ragkit.eval.agreement import agreement as shared_agreement, split_half
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
@@ -93,6 +104,46 @@ SEED = 29
 
 BOOTSTRAP = 1000
 FIRST_REAL_DRAW = 120  # the real set of the first committed runs; a larger --real keeps it and adds to it
+# The committed sets were written by the model the strategies answer with. `ragkit testset generate` writes with the
+# pipeline's default LLM, the 1.5B, and a person's labels find its items valid far more often (bench/writer_model.py),
+# so a set it writes is filed under its name, beside the first, never over it.
+FIRST_WRITER = "qwen2.5-coder-0.5b"
+
+
+def writer_suffix(writer: str) -> str:
+    return "" if writer == FIRST_WRITER else f".{writer}"
+
+
+def run_folder(set_name: str, generated: int, real: int, writer: str, which: str, strategy: str) -> Path:
+    """A strategy's run on one of the two sets: the real questions' runs are shared by every writer's set."""
+    tail = "" if which == "real" or writer == FIRST_WRITER else f"-{writer}"
+    return CACHE / "eval_agreement" / f"{set_name}-{generated}-{real}{tail}" / f"{which}-{strategy}"
+
+
+def writer_section(data: dict, set_name: str, writer: str, real: int) -> dict | None:
+    """The stored figures of ``writer``'s generated set against ``real`` real questions: the set's entry (or its
+    ``larger_real``) when the first committed set was written by that model, else its ``by_writer`` section."""
+    entry = data["sets"].get(set_name)
+    if entry is None:
+        return None
+    if entry.get("writer_model", FIRST_WRITER) == writer:
+        return entry.get("larger_real") if real > FIRST_REAL_DRAW else entry
+    return entry.get("by_writer", {}).get(writer, {}).get(f"real{real}")
+
+
+def file_entry(data: dict, set_name: str, entry: dict) -> None:
+    """Where a run's figures go: the set's entry (a larger real set's beside it, as ``larger_real``), or — for a set
+    another model wrote from the same paragraphs — its ``by_writer`` section, under its real set's size."""
+    first = data["sets"].get(set_name)
+    writer = entry.get("writer_model", FIRST_WRITER)
+    if first is not None and first.get("writer_model", FIRST_WRITER) != writer:
+        first.setdefault("by_writer", {}).setdefault(writer, {})[f"real{entry['real_questions']}"] = entry
+    elif entry["real_questions"] > FIRST_REAL_DRAW:  # beside the 120-question entry, whose judge AUC it keeps
+        first["larger_real"] = {key: entry[key] for key in (
+            "kendall_tau", "kendall_tau_interval95", "split_half_tau", "scored_items", "real_questions", "command", "seconds")} | {
+            "per_strategy": {"real": entry["per_strategy"]["real"]}}
+    else:
+        data["sets"][set_name] = entry | ({"by_writer": first["by_writer"]} if first and "by_writer" in first else {})
 
 
 def agreement(generated: dict[str, list[dict]], real: dict[str, list[dict]], measure: str, keep_generated) -> dict:
@@ -199,14 +250,18 @@ def rescore_judge(set_spec: str, real: int) -> int:
     return 0
 
 
-def rescore(set_spec: str, real: int) -> int:
+def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER) -> int:
     """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
     data, set_name = json.loads(OUT.read_text()), squad_set_name(set_spec)
-    entry = data["sets"][set_name]
-    larger = real > FIRST_REAL_DRAW
-    stored = entry["larger_real"] if larger else entry
-    folder = CACHE / "eval_agreement" / f"{set_name}-{entry['generated']['requested']}-{stored['real_questions']}"
-    rows = {which: {n: load_run(folder / f"{which}-{n}")["rows"] for n in entry["strategies"]} for which in ("generated", "real")}
+    entry, stored = data["sets"][set_name], writer_section(data, set_name, writer, real)
+    if stored is None:
+        raise SystemExit(f"no stored run of {set_name} with a set written by {writer} and {real} real questions")
+    first_writer = entry.get("writer_model", FIRST_WRITER) == writer
+    larger = real > FIRST_REAL_DRAW and first_writer  # the figures filed beside the first entry's (no judge AUC)
+    entry = entry if first_writer else stored
+    folder = run_folder(set_name, entry["generated"]["requested"], stored["real_questions"], writer, "generated", "").parent
+    rows = {which: {n: load_run(run_folder(set_name, entry["generated"]["requested"], stored["real_questions"], writer, which, n))["rows"]
+                    for n in entry["strategies"]} for which in ("generated", "real")}
     figures = agreement_figures(rows)
     checked = ("kendall_tau",) if larger else ("kendall_tau", "judge_auc")
     changed = {k: (stored[k], figures[k]) for k in checked if stored.get(k) != figures[k]}
@@ -214,7 +269,8 @@ def rescore(set_spec: str, real: int) -> int:
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
     unstored = {"agreements", "judge_auc", "judge_n"} if larger else {"agreements"}  # the larger set is not judged
     stored.update({k: v for k, v in figures.items() if k not in unstored})
-    stored["rescore_command"] = f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if larger else ''} --rescore"
+    stored["rescore_command"] = (f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if larger else ''}"
+                                 f"{'' if writer == FIRST_WRITER else f' --writer-model {writer}'} --rescore")
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: stored.get(k) for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
     return 0
@@ -227,7 +283,10 @@ def main() -> int:
     parser.add_argument("--paragraphs", type=int, default=300)
     parser.add_argument("--generated", type=int, default=120, help="generated items to ask for")
     parser.add_argument("--real", type=int, default=120, help="real SQuAD questions of the same paragraphs")
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="the model every strategy answers with")
+    parser.add_argument("--writer-model", help=f"the model that writes the generated set (default {DEFAULT_LLM}, as `ragkit testset generate`; "
+                                               f"with --rescore, the set's first; the first committed sets: {FIRST_WRITER})")
+    parser.add_argument("--generate-only", action="store_true", help="write the generated set and its report, and stop")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--judge-task", default=DEFAULT_TASK, choices=sorted(FAITHFULNESS_TASKS))
@@ -241,8 +300,11 @@ def main() -> int:
     args.spec, args.set = args.set, squad_set_name(args.set)  # read from the spec; figures, runs and sets filed under the name
     if args.judge_only and args.real <= FIRST_REAL_DRAW:
         parser.error(f"--judge-only measures a larger real set than the first {FIRST_REAL_DRAW}, whose judge the full run already reads")
+    if args.writer_model is None:
+        stored = json.loads(OUT.read_text())["sets"].get(args.set, {}) if args.rescore and OUT.exists() else {}
+        args.writer_model = stored.get("writer_model", FIRST_WRITER) if args.rescore else DEFAULT_LLM
     if args.rescore:
-        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real)
+        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real, args.writer_model)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -257,14 +319,18 @@ def main() -> int:
     cache = LLMCache(CACHE / "eval_agreement" / "llm_cache.sqlite")
 
     SETS_DIR.mkdir(parents=True, exist_ok=True)
-    generated_path = SETS_DIR / f"{args.set}.generated.jsonl"
-    report_path = SETS_DIR / f"{args.set}.generated.report.json"
-    if not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated:
+    generated_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer_model)}.jsonl"
+    report_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer_model)}.report.json"
+    stale = not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated
+    if stale and not args.judge_only:  # the judge-only run reads no generated item
+        writer = llm if args.writer_model == args.model else build_chat_generator(ModelConfig(llm=args.writer_model))
         with llm_cache(cache):
-            items, report = generate_testset(index, llm, n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
+            items, report = generate_testset(index, writer, n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
         save_testset(items, generated_path)
-        report_path.write_text(json.dumps(report.summary(), indent=1) + "\n")
-    generation = json.loads(report_path.read_text())
+        report_path.write_text(json.dumps(report.summary() | {"writer_model": args.writer_model}, indent=1) + "\n")
+    if args.generate_only:
+        print(report_path.read_text())
+        return 0
     larger = args.real > FIRST_REAL_DRAW
     real_path = SETS_DIR / (f"{args.set}.real{args.real}.jsonl" if larger else f"{args.set}.real.jsonl")
     if not real_path.exists() or len(load_testset(real_path)[0]) != args.real:
@@ -274,12 +340,13 @@ def main() -> int:
     judge = LocalJudge(judge_llm, task=args.judge_task, model_name=args.judge_model)
     if args.judge_only:
         return judge_larger(args, config, index, llm, judge, cache, real_path, set(chosen), started)
+    generation = json.loads(report_path.read_text())
     results: dict[str, dict[str, dict]] = {"generated": {}, "real": {}}
     for which, path in (("generated", generated_path), ("real", real_path)):
         items, _ = load_testset(path)
         for strategy in tqdm(strategies, desc=f"{args.set} {which}", file=sys.stderr):
             judged = which == "real" and strategy.name == "plain" and not larger
-            run = EvalRun.open(CACHE / "eval_agreement" / f"{args.set}-{args.generated}-{args.real}" / f"{which}-{strategy.label}", strategy, config, path, items,
+            run = EvalRun.open(run_folder(args.set, args.generated, args.real, args.writer_model, which, strategy.label), strategy, config, path, items,
                                known_chunks=set(index.chunks), judge_model=judge.label if judged else None, chat_generator=llm)
             rag = AgenticRAG(strategy.features, config=config, index=index, chat_generator=llm)
             results[which][strategy.label] = run.execute(rag, judge=judge if judged else None, cache=cache)
@@ -290,7 +357,7 @@ def main() -> int:
     figures = agreement_figures(rows)
     agreements = figures["agreements"]
     entry = {
-        "strategies": names, "model": args.model, "judge_model": args.judge_model,
+        "strategies": names, "model": args.model, "writer_model": args.writer_model, "judge_model": args.judge_model,
         "kendall_tau": figures["kendall_tau"], "kendall_tau_interval95": figures["kendall_tau_interval95"], "split_half_tau": figures["split_half_tau"],
         "judge_auc": figures["judge_auc"],
         "judge_n": figures["judge_n"], "judge_task": args.judge_task, "corpus_paragraphs": len(docs),
@@ -304,12 +371,7 @@ def main() -> int:
         "command": "python bench/eval_agreement.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - started, 1),
     }
     data = json.loads(OUT.read_text()) if OUT.exists() else {"sets": {}}
-    if larger:  # beside the 120-question entry, whose judge AUC it keeps
-        data["sets"][args.set]["larger_real"] = {key: entry[key] for key in (
-            "kendall_tau", "kendall_tau_interval95", "split_half_tau", "scored_items", "real_questions", "command", "seconds")} | {
-            "per_strategy": {"real": entry["per_strategy"]["real"]}}
-    else:
-        data["sets"][args.set] = entry
+    file_entry(data, args.set, entry)
     data["run"] = run_facts()
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: v for k, v in entry.items() if k != "per_strategy"}, indent=1))

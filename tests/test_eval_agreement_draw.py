@@ -273,3 +273,31 @@ def test_the_committed_answer_likelihood_comparison_is_what_its_rows_give():
     row = lambda name: [f"{result[k][name]:.2f}" for k in ("auc", "auc_first_80", "auc_after_80")] + [f"{result['right_if_it_holds_a_gold_answer']['auc'][name]:.2f}"]  # noqa: E731
     assert "| P(yes), the judge's task today | " + " | ".join(row("correct")) + " |" in docs
     assert "| **P(yes) × the geometric mean** | " + " | ".join(f"**{v}**" for v in row("correct_x_answer_token_p_geomean")) + " |" in docs
+
+
+def test_a_set_another_model_wrote_is_filed_beside_the_first_and_shares_the_real_questions_runs(agreement):
+    # the committed sets were written by the 0.5B; `ragkit testset generate` writes with the 1.5B (bench/writer_model.py)
+    import json
+
+    first = agreement.FIRST_WRITER
+    assert agreement.run_folder("new_wiki", 120, 240, first, "generated", "plain") == agreement.CACHE / "eval_agreement" / "new_wiki-120-240" / "generated-plain"
+    assert agreement.run_folder("new_wiki", 120, 240, "qwen2.5-coder-1.5b", "generated", "plain").parent.name == "new_wiki-120-240-qwen2.5-coder-1.5b"
+    assert agreement.run_folder("new_wiki", 120, 240, "qwen2.5-coder-1.5b", "real", "plain") == agreement.run_folder("new_wiki", 120, 240, first, "real", "plain")
+    assert agreement.writer_suffix(first) == "" and agreement.writer_suffix("qwen2.5-coder-1.5b") == ".qwen2.5-coder-1.5b"
+
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    committed = json.loads(json.dumps(data["sets"]["new_wiki"]))
+    entry = {**committed, "writer_model": "qwen2.5-coder-1.5b", "real_questions": 240, "kendall_tau": {"retrieval": 0.7, "answer": 0.6}}
+    agreement.file_entry(data, "new_wiki", entry)
+    stored = data["sets"]["new_wiki"]
+    assert {k: v for k, v in stored.items() if k != "by_writer"} == committed  # the first set's figures untouched
+    assert agreement.writer_section(data, "new_wiki", "qwen2.5-coder-1.5b", 240)["kendall_tau"]["answer"] == 0.6
+    assert agreement.writer_section(data, "new_wiki", first, 240) == committed["larger_real"]
+    assert agreement.writer_section(data, "new_wiki", first, 120)["kendall_tau"] == committed["kendall_tau"]
+    assert agreement.writer_section(data, "new_wiki", "qwen2.5-coder-1.5b", 120) is None  # not run with 120
+    rerun = {**committed, "real_questions": 120}  # the first writer's 120-question run again keeps the other writer's section
+    agreement.file_entry(data, "new_wiki", rerun)
+    assert "by_writer" in data["sets"]["new_wiki"] and agreement.writer_section(data, "new_wiki", "qwen2.5-coder-1.5b", 240) is not None
+    fresh = {"sets": {}}  # a held-out set run first with the default writer: its entry is that writer's
+    agreement.file_entry(fresh, "held_out", {**entry, "real_questions": 120})
+    assert agreement.writer_section(fresh, "held_out", "qwen2.5-coder-1.5b", 120)["writer_model"] == "qwen2.5-coder-1.5b"

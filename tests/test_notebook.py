@@ -444,3 +444,21 @@ def test_the_panel_draws_the_graph_that_runs_and_redraws_it_when_a_toggle_flips(
     panel.graph.detail.value = False
     panel.controls["hallucination_check"].value = False
     assert panel.graph.text == before
+
+
+def test_eval_lab_writes_its_test_set_with_the_writer_it_is_given(tmp_path, monkeypatch):
+    # notebook 09 answers with the 0.5B and writes with the 1.5B, whose items a person found valid more often
+    import ragkit.eval.generate
+    import ragkit.index.indexer
+    import ragkit.index.stores
+    from ragkit.eval.generate import GenerationReport
+    from ragkit.ui.eval_view import EvalLab
+
+    used = []
+    monkeypatch.setattr(ragkit.index.indexer, "build_index", lambda *a, **k: None)
+    monkeypatch.setattr(ragkit.index.stores, "load_index", lambda *a, **k: [])
+    monkeypatch.setattr(ragkit.eval.generate, "generate_testset", lambda index, generator, **k: (used.append(generator) or [], GenerationReport(requested=4)))
+    answerer, writer = object(), object()
+    EvalLab(index_dir=tmp_path / "index", runs_dir=tmp_path / "runs", chat_generator=answerer, writer=writer).generate(4)
+    EvalLab(index_dir=tmp_path / "index", runs_dir=tmp_path / "runs", chat_generator=answerer).generate(4)
+    assert used == [writer, answerer]  # without a writer, the strategies' model writes as before

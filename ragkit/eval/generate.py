@@ -31,6 +31,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import time
@@ -53,8 +54,10 @@ MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's
 ANSWERED_F1, DUPLICATE_OVERLAP = 0.5, 0.8
 # The second reading's threshold, for the 1.5B's P(yes) to "is this answer correct?": chosen on SQuAD dev's labelled
 # items (Youden's J), reported on new_wiki's: 52 % valid items kept against 22 % (bench/item_checks.py). Off unless a
-# check_generator is given: what it costs in candidates and seconds is not measured yet.
+# check_generator is given: it keeps about one round-tripped item in three (27 % of new_wiki's labelled items, 9 of 23
+# in `ragkit testset generate sample_docs --n 16`), and a kept item costs several times the seconds (docs/evaluation.md).
 CHECK_MODEL, CHECK_THRESHOLD = "qwen2.5-coder-1.5b", 0.74
+CHECK_KEEPS = 0.27
 # A question pointing at the text it was written from ("in the sentence", "these systems") cannot be asked of a corpus:
 # no asker has that sentence in front of them. One question in 30 from Wikipedia paragraphs, one in three from READMEs.
 SOURCE_REFERENCE = re.compile(
@@ -247,7 +250,7 @@ def generate_testset(
     kept: dict[str, list[EvalItem]] = {"single": [], "paraphrase": []}
     check = (lambda question, answer, chunk: second_reading(check_generator, question, answer, chunk, check_threshold)) if check_generator is not None else None
     with RagkitTracer().collect() as trace, tracing.tracer.trace("haystack.component.run", tags={"haystack.component.name": "testset", "haystack.component.type": "generate_testset"}):
-        for i in range(4 * sum(need.values()) + 10):  # candidates tried at most: a corpus without spans ends, never loops
+        for i in range(candidate_budget(sum(need.values()), checked=check is not None)):
             open_kinds = [k for k in kept if len(kept[k]) < need[k]]
             if not open_kinds or not ids:
                 break
@@ -287,6 +290,13 @@ def generate_testset(
     report.seconds = time.perf_counter() - started
     report.in_set = {kind: sum(1 for it in items if it.kind == kind) for kind in DEFAULT_MIX}
     return items, report
+
+
+def candidate_budget(needed: int, checked: bool) -> int:
+    """The most candidates tried for ``needed`` kept items, so a corpus without spans ends and never loops: four a kept
+    item (the round trip keeps about one in three), and as many again for each item the second reading drops — with
+    the old bound alone ``--check-llm`` kept 12 of 16 items asked of sample_docs."""
+    return math.ceil((4 / CHECK_KEEPS if checked else 4) * needed) + 10
 
 
 def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[EvalItem], judge: bool,

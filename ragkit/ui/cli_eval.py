@@ -335,8 +335,10 @@ def add_eval_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="the JSONL test set to write")
     p.add_argument("--mix", help="shares of each kind, e.g. single=0.4,paraphrase=0.25,multi=0.15,unanswerable=0.2")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--llm", help="the model that writes the questions (default: the configured LLM, qwen2.5-coder-1.5b: 58%% of its "
+                                 "items valid against 35%% of the 0.5B's, at 1.7x the seconds)")
     p.add_argument("--check-llm", help="a model that reads each kept item again and must call its answer correct (measured: "
-                                       "qwen2.5-coder-1.5b, 52%% of items valid against 22%%; default none, the round trip alone)")
+                                       "qwen2.5-coder-1.5b on the 0.5B's items, 52%% valid against 22%%; default none)")
     p.set_defaults(func=cmd_testset_generate)
 
     judged = argparse.ArgumentParser(add_help=False)

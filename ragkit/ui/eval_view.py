@@ -121,7 +121,8 @@ class EvalLab:
     """Generate a test set from a folder, run two strategies on it, read the report and the flips."""
 
     def __init__(self, folder: str | Path = "sample_docs", index_dir: str | Path = ".ragkit/eval_index", config: Any = None,
-                 runs_dir: str | Path = ".ragkit/eval_runs", chat_generator: Any = None, cache: Any = None, judge: Any = None):
+                 runs_dir: str | Path = ".ragkit/eval_runs", chat_generator: Any = None, cache: Any = None, judge: Any = None,
+                 writer: Any = None):
         import ipywidgets as widgets
 
         from ragkit.config import RagConfig
@@ -130,6 +131,7 @@ class EvalLab:
         self.config = config or RagConfig()
         self.index_dir, self.runs_dir, self.cache, self.judge = Path(index_dir), Path(runs_dir), cache, judge
         self._llm, self.index, self.items, self.runs, self.comparison = chat_generator, None, [], [], None
+        self._writer = writer  # the test set's writer (default: the strategies' model); notebook 09 passes the 1.5B
         layout = widgets.Layout(width="auto")
         self.folder = widgets.Text(value=str(folder), description="folder", layout=widgets.Layout(width="320px"))
         self.n = widgets.IntSlider(value=12, min=4, max=60, step=2, description="questions", layout=widgets.Layout(width="320px"))
@@ -184,7 +186,7 @@ class EvalLab:
 
         self.status.value = f"writing {n} questions from {len(self.index)} chunks …"
         with llm_cache(self.cache):
-            self.items, report = generate_testset(self.index, self._generator(), n=n, progress=step)
+            self.items, report = generate_testset(self.index, self._writer or self._generator(), n=n, progress=step)
         self.testset_path = self.runs_dir / "testset.jsonl"
         from ragkit.eval.testset import save_testset
 
