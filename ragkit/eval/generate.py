@@ -15,7 +15,9 @@ Answer first, question second — the way a small model can be made to write usa
    the grounded answer step, reading that chunk alone, gives the span back (F1 ≥ 0.5); the judge's P(the chunk
    answers the question) is recorded beside it; with a ``check_generator``, a second model must also call the
    answer correct for the question over the chunk (P(yes) ≥ :data:`CHECK_THRESHOLD`): the round trip runs on the
-   model that wrote the question, and a person found 112 of the 156 items a 0.5B wrote and kept invalid;
+   model that wrote the question, and a person found 112 of the 156 items a 0.5B wrote and kept invalid; of 40 new_wiki
+   items each model wrote and kept, 17 of the 1.5B's (``ragkit testset generate``'s default writer) and 26 of the
+   0.5B's (``bench/writer_model.py``);
 4. from kept items, without the LLM: **multi** items join two questions about different chunks
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's place of one
    it does, never a month nor code in backticks (:data:`ABSENT_ENTITIES`, checked against the index's vocabulary).
