@@ -370,7 +370,7 @@ def summary_table() -> str:
     times = load("notebook_times.json")
     if times:
         rows.append(f"| notebooks, restart and run all | {len(times)} notebooks, slowest {max(times.values()):.0f} s (budget 180 s) | "
-                    f"JupyterLab in Chromium, 2 cores, 0.5B | [docs/notebooks.md](docs/notebooks.md) |")
+                    f"JupyterLab in Chromium, 2 cores, 0.5B (09 writes with the 1.5B) | [docs/notebooks.md](docs/notebooks.md) |")
     served = load("load.json")
     if served and {"in_process", "llm_server"} <= set(served["backends"]):
         top = {b: served["backends"][b]["levels"][-1] for b in ("in_process", "llm_server")}
