@@ -36,7 +36,9 @@ with unless configured otherwise. The first committed sets (``{set}.generated.js
 entry without a ``writer_model``) were written by the 0.5B the strategies answer with, whose items a person found
 valid far less often (``bench/writer_model.py``); a set another model writes is ``{set}.generated.{model}.jsonl``, its
 figures the entry's ``by_writer`` section (beside the first, never over it), its strategies' runs in a folder of its
-own while the real questions' runs are shared. ``--generate-only`` writes the set and its report and stops:
+own while the real questions' runs are shared; the commands above run the committed figures again with
+``--writer-model qwen2.5-coder-0.5b`` (their stored ``command`` predates the flag). ``--generate-only`` writes the set
+and its report and stops:
 
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --generate-only
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240 --writer-model qwen2.5-coder-1.5b
