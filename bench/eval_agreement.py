@@ -318,6 +318,13 @@ def main() -> int:
     config = RagConfig(models=ModelConfig(llm=args.model))
     llm = build_chat_generator(config.models)
     llm.warm_up()
+    loaded = {args.model: llm}  # one instance a model: the writer and the judge are both the 1.5B by default
+
+    def generator(model: str):
+        if model not in loaded:
+            loaded[model] = build_chat_generator(ModelConfig(llm=model))
+        return loaded[model]
+
     cache = LLMCache(CACHE / "eval_agreement" / "llm_cache.sqlite")
 
     SETS_DIR.mkdir(parents=True, exist_ok=True)
@@ -325,9 +332,8 @@ def main() -> int:
     report_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer_model)}.report.json"
     stale = not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated
     if stale and not args.judge_only:  # the judge-only run reads no generated item
-        writer = llm if args.writer_model == args.model else build_chat_generator(ModelConfig(llm=args.writer_model))
         with llm_cache(cache):
-            items, report = generate_testset(index, writer, n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
+            items, report = generate_testset(index, generator(args.writer_model), n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
         save_testset(items, generated_path)
         report_path.write_text(json.dumps(report.summary() | {"writer_model": args.writer_model}, indent=1) + "\n")
     if args.generate_only:
@@ -338,8 +344,7 @@ def main() -> int:
     if not real_path.exists() or len(load_testset(real_path)[0]) != args.real:
         save_testset(real_questions(args.spec, set(chosen), args.real), real_path)
 
-    judge_llm = build_chat_generator(ModelConfig(llm=args.judge_model))
-    judge = LocalJudge(judge_llm, task=args.judge_task, model_name=args.judge_model)
+    judge = LocalJudge(generator(args.judge_model), task=args.judge_task, model_name=args.judge_model)
     if args.judge_only:
         return judge_larger(args, config, index, llm, judge, cache, real_path, set(chosen), started)
     generation = json.loads(report_path.read_text())
