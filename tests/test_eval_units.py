@@ -181,6 +181,22 @@ def test_a_question_cut_off_at_the_grammars_word_limit_or_looping_is_a_counted_r
         assert reason == why and (question is None) == (why is not None), (reply, reason)
 
 
+def test_a_question_holds_no_letter_of_a_script_its_sentence_does_not_use():
+    # the 1.5B wrote "Which university has won the most NCAA championships in men's and女子's sports?" (new_wiki, kept)
+    from haystack.components.generators.chat import MockChatGenerator
+
+    sentence = "UConn has won the most NCAA championships in men's and women's basketball since 1995."
+    plain = question_grammar("name", None, sentence)
+    assert plain.endswith("word ::= [!->@-~]{1,24}") and "\\u" not in plain  # printable ASCII but " " and "?"
+    assert "\\u00fc" in question_grammar("name", None, "Temüjin fought Toghrul.")  # the sentence's own letters stay writable
+    switched = "Which university has won the most NCAA championships in men's and女子's sports?"
+    assert question_fault(switched, question_starts("name"), sentence) == "foreign_characters"
+    assert question_fault(switched, question_starts("name")) is None  # no sentence given: nothing to compare with
+    assert question_fault("Who did Temüjin fight in 1203?", question_starts("name"), "In 1203 Temüjin fought Toghrul.") is None
+    question, why = write_question(MockChatGenerator(responses=[switched]), sentence, "UConn", "name", paraphrase=False)
+    assert (question, why) == (None, "foreign_characters")
+
+
 class _Tokenizer:
     """Qwen2.5's pieces for three words: " rainforest" is " rain" + "forest", " Khwarezmian" " Kh" + "ware" + "zm" + "ian"."""
     PIECES = {"rainforest": ["rain", "forest"], "Rainforest": ["R", "ain", "forest"], "Khwarezmian": ["Kh", "ware", "zm", "ian"],

@@ -36,3 +36,11 @@ def test_a_date_is_asked_for_as_a_date(local_llm):
                                    "February 7, 2016", "time", paraphrase=False)
     assert why is None, why
     assert question.startswith(("When ", "On what date ")) and "2016" not in question and "February" not in question, question
+
+
+def test_a_question_may_hold_the_sentences_letters_beyond_ascii_and_no_others(local_llm):
+    # the 1.5B switched script mid-question ("… in men's and女子's sports?"); the grammar allows ASCII and the sentence's own letters
+    sentence = "In 1206 Temüjin was proclaimed Genghis Khan at a kurultai near the Onon River."
+    question, why = write_question(local_llm, sentence, "1206", "time", paraphrase=False)
+    assert why is None, why
+    assert all(ord(c) < 128 or c in sentence for c in question), question

@@ -6,9 +6,10 @@ Answer first, question second — the way a small model can be made to write usa
    proper name (:func:`ragkit.eval.answer_spans.answer_spans`), a verbatim span of its chunk by construction; never from a line of a table
    of contents, never a page number, in over a quarter of the chunks (:func:`answer_in_most_chunks`) or a kept item's answer;
 2. the LLM writes the question that sentence answers with that span (:func:`ragkit.eval.questions.write_question`),
-   decoded under a GBNF grammar (an opening fitting the span's type and form, words, one "?") and a logits mask that
-   bans the answer's words — for a **paraphrase** item the sentence's own content words too, so BM25 alone is not
-   enough; a reply cut off at the grammar's word limit or looping is rejected there;
+   decoded under a GBNF grammar (an opening fitting the span's type and form, words of ASCII and the sentence's own
+   letters, one "?") and a logits mask that bans the answer's words — for a **paraphrase** item the sentence's own
+   content words too, so BM25 alone is not enough; a reply cut off at the grammar's word limit, looping, or (from a
+   backend with no grammar) holding a letter its sentence does not have is rejected there;
 3. a round-trip filter keeps it only if the question does not contain the answer, does not copy a
    long run of the chunk's words, stands alone (no "in the sentence", no "his" before any name:
    :func:`refers_to_its_text`), is not a near-duplicate of a kept question, and is **answerable from its chunk**:
