@@ -134,11 +134,15 @@ def longest_copied_run(question: str, text: str) -> int:
 # "he", "his", "her" … before any name: whose? The sentence it was written from says ("His father was Shi Bingzhi" was
 # asked "Who was the name of his dad?"). None of the 475 SQuAD questions people wrote has one; "they"/"their" they do.
 PERSONAL_PRONOUN = re.compile(r"\b(?:he|she|his|her|hers|him|himself|herself)\b")
+# "this" before a word: which one? "What number of pages does this magazine have?", "Who argued that this growing social
+# complexity led to …?" — all 4 such questions a person labelled point at their text; 8 kept in the committed sets.
+# Lower case only: a title keeps its "This" ("What is This Is England about?").
+DEMONSTRATIVE = re.compile(r"\bthis\s+[a-z]")
 
 
 def refers_to_its_text(question: str) -> bool:
-    """Whether the question speaks of its source ("the sentence", "these …", a "his" before any name) instead of standing alone."""
-    if SOURCE_REFERENCE.search(question):
+    """Whether the question speaks of its source ("the sentence", "these …", "this …", a "his" before any name) instead of standing alone."""
+    if SOURCE_REFERENCE.search(question) or DEMONSTRATIVE.search(question):
         return True
     pronoun = PERSONAL_PRONOUN.search(question)
     return pronoun is not None and not any(word[:1].isupper() for word in question[:pronoun.start()].split()[1:])
