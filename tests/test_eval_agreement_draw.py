@@ -286,7 +286,7 @@ def test_a_set_another_model_wrote_is_filed_beside_the_first_and_shares_the_real
     assert agreement.writer_suffix(first) == "" and agreement.writer_suffix("qwen2.5-coder-1.5b") == ".qwen2.5-coder-1.5b"
 
     data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
-    committed = json.loads(json.dumps(data["sets"]["new_wiki"]))
+    committed = {k: v for k, v in json.loads(json.dumps(data["sets"]["new_wiki"])).items() if k != "by_writer"}  # the first writer's figures
     entry = {**committed, "writer_model": "qwen2.5-coder-1.5b", "real_questions": 240, "kendall_tau": {"retrieval": 0.7, "answer": 0.6}}
     agreement.file_entry(data, "new_wiki", entry)
     stored = data["sets"]["new_wiki"]
@@ -298,6 +298,10 @@ def test_a_set_another_model_wrote_is_filed_beside_the_first_and_shares_the_real
     rerun = {**committed, "real_questions": 120}  # the first writer's 120-question run again keeps the other writer's section
     agreement.file_entry(data, "new_wiki", rerun)
     assert "by_writer" in data["sets"]["new_wiki"] and agreement.writer_section(data, "new_wiki", "qwen2.5-coder-1.5b", 240) is not None
+    again = {**committed, "real_questions": 240, "kendall_tau": {"retrieval": 0.1, "answer": 0.2}}  # the first writer's 240 run again, by later code
+    agreement.file_entry(data, "new_wiki", again)
+    assert data["sets"]["new_wiki"]["larger_real"]["kendall_tau"] == {"retrieval": 0.1, "answer": 0.2}
+    assert data["sets"]["new_wiki"]["larger_real"]["earlier_code"] == committed["larger_real"]  # the earlier figures kept beside it
     fresh = {"sets": {}}  # a held-out set run first with the default writer: its entry is that writer's
     agreement.file_entry(fresh, "held_out", {**entry, "real_questions": 120})
     assert agreement.writer_section(fresh, "held_out", "qwen2.5-coder-1.5b", 120)["writer_model"] == "qwen2.5-coder-1.5b"
