@@ -144,9 +144,9 @@ def file_entry(data: dict, set_name: str, entry: dict) -> None:
         before = first.get("larger_real")
         first["larger_real"] = {key: entry[key] for key in (
             "kendall_tau", "kendall_tau_interval95", "split_half_tau", "scored_items", "real_questions", "command", "seconds")} | {
-            "per_strategy": {"real": entry["per_strategy"]["real"]}}
-        if before and before["real_questions"] == entry["real_questions"]:  # a rerun by later code: the earlier figures kept
-            first["larger_real"]["earlier_code"] = before
+            "per_strategy": {"real": entry["per_strategy"]["real"], "generated": entry["per_strategy"]["generated"]}}
+        if before and before["real_questions"] == entry["real_questions"]:  # a rerun by later code: the first figures kept
+            first["larger_real"]["earlier_code"] = before.get("earlier_code", before)
     else:
         data["sets"][set_name] = entry | ({"by_writer": first["by_writer"]} if first and "by_writer" in first else {})
 

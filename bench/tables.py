@@ -448,6 +448,8 @@ def agreement_table(d: dict) -> str:
     for name, e in d["sets"].items():
         sets = [("generated", e["per_strategy"]["generated"]), ("real", e["per_strategy"]["real"])]
         if larger := e.get("larger_real"):
+            if larger["per_strategy"].get("generated", e["per_strategy"]["generated"]) != e["per_strategy"]["generated"]:  # rerun by later code
+                sets.append((f"generated, again beside the {larger['real_questions']}", larger["per_strategy"]["generated"]))
             sets.append((f"real, {larger['real_questions']}", larger["per_strategy"]["real"]))
         shown = {e["real_questions"]: e["per_strategy"]["real"]} | ({larger["real_questions"]: larger["per_strategy"]["real"]} if larger else {})
         for writer, by_size in e.get("by_writer", {}).items():

@@ -301,7 +301,11 @@ def test_a_set_another_model_wrote_is_filed_beside_the_first_and_shares_the_real
     again = {**committed, "real_questions": 240, "kendall_tau": {"retrieval": 0.1, "answer": 0.2}}  # the first writer's 240 run again, by later code
     agreement.file_entry(data, "new_wiki", again)
     assert data["sets"]["new_wiki"]["larger_real"]["kendall_tau"] == {"retrieval": 0.1, "answer": 0.2}
-    assert data["sets"]["new_wiki"]["larger_real"]["earlier_code"] == committed["larger_real"]  # the earlier figures kept beside it
+    kept = committed["larger_real"].get("earlier_code", committed["larger_real"])
+    assert data["sets"]["new_wiki"]["larger_real"]["earlier_code"] == kept  # the first figures kept beside it
+    assert data["sets"]["new_wiki"]["larger_real"]["per_strategy"]["generated"] == committed["per_strategy"]["generated"]  # its own generated runs
+    agreement.file_entry(data, "new_wiki", again)  # and again: the first figures stay the kept ones
+    assert data["sets"]["new_wiki"]["larger_real"]["earlier_code"] == kept
     fresh = {"sets": {}}  # a held-out set run first with the default writer: its entry is that writer's
     agreement.file_entry(fresh, "held_out", {**entry, "real_questions": 120})
     assert agreement.writer_section(fresh, "held_out", "qwen2.5-coder-1.5b", 120)["writer_model"] == "qwen2.5-coder-1.5b"
