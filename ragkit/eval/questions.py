@@ -16,8 +16,8 @@ questions it wrote:
 * it looped: a run of three words, one of them a content word, twice ("… to be the first to be the first …",
   "the Canadian operation … the Canadian operation"). Counted as ``repeats_itself``, not kept.
 
-And one thing the 1.5B did: it switched script mid-question ("… in men's and女子's sports?", "… the Second世界 Wars?",
-"… the electric car by特斯拉?"; 3 of ~600 kept questions of the committed sets). The grammar's words now hold printable
+And one thing both models did: they switched script mid-question (the 1.5B "… in men's and女子's sports?", the 0.5B
+"… the Second世界 Wars?" and "… the electric car by特斯拉?"; 3 of ~600 kept questions of the committed sets). The grammar's words now hold printable
 ASCII and only the letters beyond it that the sentence has ("Temüjin", "1976–77"); a question another backend wrote
 with a letter its sentence does not have is ``foreign_characters``, not kept.
 
