@@ -39,7 +39,8 @@ def test_a_date_is_asked_for_as_a_date(local_llm):
 
 
 def test_a_question_may_hold_the_sentences_letters_beyond_ascii_and_no_others(local_llm):
-    # the 1.5B switched script mid-question ("… in men's and女子's sports?"); the grammar allows ASCII and the sentence's own letters
+    # the 1.5B switched script mid-question ("… in men's and女子's sports?"); the grammar allows ASCII and the sentence's own
+    # letters, written as \u escapes: llama.cpp must compile it and decode "ü" under it
     sentence = "In 1206 Temüjin was proclaimed Genghis Khan at a kurultai near the Onon River."
     question, why = write_question(local_llm, sentence, "1206", "time", paraphrase=False)
     assert why is None, why

@@ -125,8 +125,8 @@ def parse_question(text: str) -> str:
 
 
 def question_fault(question: str, starts: list[str], sentence: str | None = None) -> str | None:
-    """Why a question the grammar allowed is still unusable — ``too_long``, ``repeats_itself`` or (given its
-    ``sentence``: a backend with no grammar) ``foreign_characters`` — or None."""
+    """Why a question the grammar allowed is still unusable — ``too_long``, ``repeats_itself`` or, given its
+    ``sentence``, ``foreign_characters`` (only a backend without the grammar can write one) — or None."""
     if sentence is not None and any(c.isalpha() and ord(c) > 127 and c not in sentence for c in question):
         return "foreign_characters"  # "… men's and女子's sports?": a letter of a script its sentence does not use
     opening = max((s for s in starts if question.startswith(s + " ")), key=len, default="")
