@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from ragkit.eval.agreement import tau_text
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -288,13 +290,13 @@ def summary_table() -> str:
     if agreement:
         def larger(e: dict) -> str:
             more = e.get("larger_real")
-            return f" ({more['kendall_tau']['retrieval']:.2f}, {more['kendall_tau']['answer']:.2f} with {more['real_questions']} real questions)" if more else ""
+            return f" ({tau_text(more['kendall_tau']['retrieval'])}, {tau_text(more['kendall_tau']['answer'])} with {more['real_questions']} real questions)" if more else ""
 
         def judged(e: dict) -> str:
             more = e.get("larger_judge")
             return f" ({more['judge_auc']:.2f} with {more['real_questions']}{other_task(e, more)})" if more else ""
 
-        figures = "; ".join(f"{name}: τ {e['kendall_tau']['retrieval']:.2f} retrieval, {e['kendall_tau']['answer']:.2f} answers{larger(e)}, judge AUC "
+        figures = "; ".join(f"{name}: τ {tau_text(e['kendall_tau']['retrieval'])} retrieval, {tau_text(e['kendall_tau']['answer'])} answers{larger(e)}, judge AUC "
                             f"{e['judge_auc']:.2f}{judged(e)}" for name, e in agreement["sets"].items())
         rows.append(f"| a generated test set ranks strategies like real questions | {figures} | {len(next(iter(agreement['sets'].values()))['strategies'])} strategies, "
                     f"questions from 300 paragraphs a set, every paragraph indexed | [docs/evaluation.md](docs/evaluation.md) |")
@@ -413,7 +415,7 @@ def agreement_table(d: dict) -> str:
     """bench/results/eval_agreement.json: does a generated test set rank strategies as the real questions do?"""
     def tau(e: dict, which: str) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
-        return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
+        return tau_text(e["kendall_tau"][which]) + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
     def itself(e: dict, which: str) -> str:
         half = (e.get("split_half_tau") or {}).get(which)

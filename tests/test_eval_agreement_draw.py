@@ -337,3 +337,25 @@ def test_the_agreement_table_shows_a_set_another_model_wrote_beside_the_first(ag
         assert "| new_wiki | real, 240, beside the 1.5B's set: MRR / right | 0.10 / 0.10 |" in tables.agreement_table(data)
         del data["sets"]["new_wiki"]["by_writer"]
         assert "written by" not in tables.agreement_table(data)
+
+
+def test_notebook_09_shows_every_committed_agreement_measurement_in_a_row_of_its_own():
+    """The first run, the same set against a larger real draw, and a set another model wrote: a learner who saw only
+    each set's first row read new_wiki's answers τ as 0.25, where 240 real questions give 0.46 and 0.497."""
+    import json
+    import re
+
+    from ragkit.ui.eval_view import agreement_html
+
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    shown = agreement_html(data)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", shown)]
+    measured = [(name, e["real_questions"]) for name, e in data["sets"].items()
+                for e in [e, *([e["larger_real"]] if e.get("larger_real") else []),
+                          *(o for by_size in e.get("by_writer", {}).values() for o in by_size.values())]]
+    assert [(r[0], int(r[2])) for r in rows if r] == measured
+    wiki = data["sets"]["new_wiki"]
+    other = wiki["by_writer"]["qwen2.5-coder-1.5b"]["real240"]
+    assert ["new_wiki", "1.5B, 120 of 120", "240", "0.50 [0.06, 0.91]", "0.497 [0.15, 0.73]", "", ""] in rows
+    assert other["kendall_tau"]["answer"] < 0.5  # why the row prints three decimals
+    assert f"new_wiki&#x27;s 240: {wiki['larger_real']['split_half_tau']['answer']['real']['median']:.2f}" in shown

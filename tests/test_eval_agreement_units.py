@@ -156,3 +156,10 @@ def test_ragkit_agreement_on_test_sets_refuses_before_loading_anything(tmp_path,
         assert main(["agreement", *argv, *missing_index]) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_tau_just_under_a_target_never_prints_as_meeting_it():
+    from ragkit.eval.agreement import tau_text
+
+    assert tau_text(0.4975) == "0.497" and tau_text(0.5002) == "0.50" and tau_text(0.6568) == "0.66"
+    assert tau_text(0.59996) == "0.5999" and tau_text(0.5) == "0.50" and tau_text(-0.129) == "-0.13"

@@ -33,6 +33,8 @@ Usage::
 
 from __future__ import annotations
 
+import math
+
 import random
 from pathlib import Path
 from statistics import mean
@@ -71,6 +73,16 @@ def kendall_tau(scores_a: dict[str, float], scores_b: dict[str, float]) -> float
     """Tau-b, 0 when one side ties every strategy (nothing to agree on)."""
     value = kendall_tau_b(scores_a, scores_b)
     return 0.0 if value is None else value
+
+
+def tau_text(value: float) -> str:
+    """A τ as the tables print it: two decimals, more where two would round it up onto a tenth — the targets are
+    tenths (0.6, 0.5), and 0.4975 printed "0.50" reads as meeting one it misses."""
+    for places in (2, 3, 4):
+        text = f"{value:.{places}f}"
+        if not (float(text) > value and text.split(".")[1][1:] == "0" * (places - 1)):
+            return text
+    return f"{math.floor(value * 10_000) / 10_000:.4f}"  # within 0.00005 under a tenth: cut, never round onto it
 
 
 def score_table(rows: Rows, measure: str, keep: Callable[[dict[str, Any]], bool]) -> tuple[list[str], dict[str, list[float]]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ragkit.eval.agreement import tau_text
 from ragkit.eval.compare import (aggregate_rows, compare, comparison_rows, judged_scores_note, label, not_compared_note, pareto_front,
                                  quality_and_latency, run_names)
 from ragkit.ui import plots
@@ -259,10 +260,12 @@ class EvalLab:
 
 
 def agreement_html(data: dict[str, Any]) -> str:
-    """``bench/results/eval_agreement.json``: per set, how well the generated test set ranks strategies like real questions."""
+    """``bench/results/eval_agreement.json``: per set, how well a generated test set ranks strategies like real questions —
+    one row per measurement (the first run, the same set against a larger real draw, a set another model wrote), so the
+    notebook shows every committed figure and not only each set's first."""
     def tau(e: dict[str, Any], which: str) -> str:
         low_high = (e.get("kendall_tau_interval95") or {}).get(which)
-        return f"{e['kendall_tau'][which]:.2f}" + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
+        return tau_text(e["kendall_tau"][which]) + (f" [{low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
     def larger(e: dict[str, Any]) -> str:
         more = e.get("larger_judge")  # the judge alone on a larger real set, beside the first run's figure
@@ -271,20 +274,37 @@ def agreement_html(data: dict[str, Any]) -> str:
         other = more.get("judge_task", "correct") != e.get("judge_task", "correct")  # read by another faithfulness task
         return f"{more['judge_auc']:.2f} on {more['real_questions']}" + (" *" if other else "")
 
+    def written(e: dict[str, Any], generated: dict[str, Any]) -> str:
+        size = e.get("writer_model", e["model"]).split("-")[-1].upper()  # no writer_model: the answering model wrote it
+        return f"{size}, {generated['accepted']} of {generated['requested']}"
+
     sets = data.get("sets") or {}
     if not sets:
         return "<i>no committed agreement run yet (bench/eval_agreement.py)</i>"
-    # short cells, the larger judge run in a column of its own and what is the same for every set in the note
-    # under the table: the table must fit the notebook at laptop width beside the file browser
+    # short cells, the judge in the set's first row and what is the same for every set in the note under the
+    # table: the table must fit the notebook at laptop width beside the file browser
     with_larger = any(e.get("larger_judge") for e in sets.values())
-    rows = [{"set": name, "τ retrieval [95% CI]": tau(e, "retrieval"), "τ answers [95% CI]": tau(e, "answer"),
-             "judge AUC": "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}",  # a run whose judge scored nothing
-             **({"judge, larger set": larger(e)} if with_larger else {}),
-             "generated": f"{e['generated']['accepted']} of {e['generated']['requested']}", "real": e["real_questions"]}
-            for name, e in sets.items()]
+    rows, itself = [], []
+    for name, e in sets.items():
+        judge = {"judge AUC": "–" if e["judge_auc"] is None else f"{e['judge_auc']:.2f}",  # a run whose judge scored nothing
+                 **({"judge, larger set": larger(e)} if with_larger else {})}
+        measured = [(e, e), *([(e, e["larger_real"])] if e.get("larger_real") else []),
+                    *((other, other) for by_size in e.get("by_writer", {}).values() for other in by_size.values())]
+        for i, (generated_by, figures) in enumerate(measured):
+            rows.append({"set": name, "generated set": written(generated_by, generated_by["generated"]), "real": figures["real_questions"],
+                         "τ retrieval [95% CI]": tau(figures, "retrieval"), "τ answers [95% CI]": tau(figures, "answer"),
+                         **(judge if i == 0 else dict.fromkeys(judge, ""))})
+        most = max((f for _, f in measured), key=lambda f: f["real_questions"])
+        half = ((most.get("split_half_tau") or {}).get("answer") or {}).get("real")
+        if half:
+            itself.append(f"{name}'s {most['real_questions']}: {half['median']:.2f}")
     counts = sorted({len(e["strategies"]) for e in sets.values()})
-    note = f"{' or '.join(map(str, counts))} strategies ranked on each set's generated and real questions."
-    if with_larger and any(r["judge, larger set"].endswith("*") for r in rows):
+    note = (f"{' or '.join(map(str, counts))} strategies ranked on each set's generated and real questions; \"generated set\": "
+            "the model that wrote it and how many items it kept. Rows of one set share its paragraphs; a larger real draw keeps the first one's questions.")
+    if itself:
+        note += (" How far the real questions' answer ranking agrees with itself (split-half τ, median) — "
+                 + "; ".join(itself) + ": a low one says that order is mostly noise at that size, and no test set can agree with noise.")
+    if with_larger and any(r.get("judge, larger set", "").endswith("*") for r in rows):
         note += (" * the judge's faithfulness there is P(yes) to \"is this answer correct?\" times the judge's own likelihood"
                  " of the answer (the default since it was chosen on dev questions); the other judge figures are P(yes) alone.")
     return table_html(rows) + f"<div style='font-size:0.85em;margin-top:0.3em'>{html_text(note)}</div>"
