@@ -359,3 +359,19 @@ def test_notebook_09_shows_every_committed_agreement_measurement_in_a_row_of_its
     assert ["new_wiki", "1.5B, 120 of 120", "240", "0.50 [0.06, 0.91]", "0.497 [0.15, 0.73]", "", ""] in rows
     assert other["kendall_tau"]["answer"] < 0.5  # why the row prints three decimals
     assert f"new_wiki&#x27;s 240: {wiki['larger_real']['split_half_tau']['answer']['real']['median']:.2f}" in shown
+
+
+def test_a_rerun_whose_latencies_moved_but_not_its_figures_is_not_shown_twice():
+    import json
+
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    squad = data["sets"]["squad_dev"]
+    rerun = json.loads(json.dumps(squad["per_strategy"]["generated"]))
+    for figures in rerun.values():
+        figures["p50_s"] += 0.25  # a rerun's seconds always move
+    squad["larger_real"] = {**data["sets"]["new_wiki"]["larger_real"], "real_questions": 240}
+    squad["larger_real"]["per_strategy"] = {"generated": rerun, "real": squad["per_strategy"]["real"]}
+    with bench_module("tables") as tables:
+        assert "| squad_dev | generated, again beside the 240:" not in tables.agreement_table(data)
+        rerun["plain"]["mrr"] = 0.5
+        assert "| squad_dev | generated, again beside the 240: MRR / right | 0.50 / " in tables.agreement_table(data)
