@@ -34,7 +34,6 @@ Usage::
 from __future__ import annotations
 
 import math
-
 import random
 from pathlib import Path
 from statistics import mean

@@ -274,9 +274,9 @@ def agreement_html(data: dict[str, Any]) -> str:
         other = more.get("judge_task", "correct") != e.get("judge_task", "correct")  # read by another faithfulness task
         return f"{more['judge_auc']:.2f} on {more['real_questions']}" + (" *" if other else "")
 
-    def written(e: dict[str, Any], generated: dict[str, Any]) -> str:
+    def written(e: dict[str, Any]) -> str:
         size = e.get("writer_model", e["model"]).split("-")[-1].upper()  # no writer_model: the answering model wrote it
-        return f"{size}, {generated['accepted']} of {generated['requested']}"
+        return f"{size}, {e['generated']['accepted']} of {e['generated']['requested']}"
 
     sets = data.get("sets") or {}
     if not sets:
@@ -291,7 +291,7 @@ def agreement_html(data: dict[str, Any]) -> str:
         measured = [(e, e), *([(e, e["larger_real"])] if e.get("larger_real") else []),
                     *((other, other) for by_size in e.get("by_writer", {}).values() for other in by_size.values())]
         for i, (generated_by, figures) in enumerate(measured):
-            rows.append({"set": name, "generated set": written(generated_by, generated_by["generated"]), "real": figures["real_questions"],
+            rows.append({"set": name, "generated set": written(generated_by), "real": figures["real_questions"],
                          "τ retrieval [95% CI]": tau(figures, "retrieval"), "τ answers [95% CI]": tau(figures, "answer"),
                          **(judge if i == 0 else dict.fromkeys(judge, ""))})
         most = max((f for _, f in measured), key=lambda f: f["real_questions"])
