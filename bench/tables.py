@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragkit.eval.agreement import tau_text
+from ragkit.eval.agreement import tau_text, writer_size
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
@@ -404,11 +404,6 @@ def other_task(e: dict, judged: dict) -> str:
     """Says so where the larger judge run read another faithfulness task than the set's first run."""
     task = judged.get("judge_task", "correct")
     return "" if task == e.get("judge_task", "correct") else f", task {task}"
-
-
-def writer_size(model: str) -> str:
-    """A model's size as the tables name it: "qwen2.5-coder-1.5b" -> "1.5B"."""
-    return model.split("-")[-1].upper()
 
 
 def shown_figures(per_strategy: dict) -> dict:

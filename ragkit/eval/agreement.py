@@ -74,6 +74,11 @@ def kendall_tau(scores_a: dict[str, float], scores_b: dict[str, float]) -> float
     return 0.0 if value is None else value
 
 
+def writer_size(model: str) -> str:
+    """A model's size as the tables name it: "qwen2.5-coder-1.5b" -> "1.5B"."""
+    return model.split("-")[-1].upper()
+
+
 def tau_text(value: float) -> str:
     """A τ as the tables print it: two decimals, more where two would round it up onto a tenth — the targets are
     tenths (0.6, 0.5), and 0.4975 printed "0.50" reads as meeting one it misses."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragkit.eval.agreement import tau_text
+from ragkit.eval.agreement import tau_text, writer_size
 from ragkit.eval.compare import (aggregate_rows, compare, comparison_rows, judged_scores_note, label, not_compared_note, pareto_front,
                                  quality_and_latency, run_names)
 from ragkit.ui import plots
@@ -275,7 +275,7 @@ def agreement_html(data: dict[str, Any]) -> str:
         return f"{more['judge_auc']:.2f} on {more['real_questions']}" + (" *" if other else "")
 
     def written(e: dict[str, Any]) -> str:
-        size = e.get("writer_model", e["model"]).split("-")[-1].upper()  # no writer_model: the answering model wrote it
+        size = writer_size(e.get("writer_model", e["model"]))  # no writer_model: the answering model wrote it
         return f"{size}, {e['generated']['accepted']} of {e['generated']['requested']}"
 
     sets = data.get("sets") or {}
