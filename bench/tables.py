@@ -288,9 +288,12 @@ def summary_table() -> str:
     rows = ["| what | measured | where | details |", "| --- | --- | --- | --- |"]
     agreement = load("eval_agreement.json")
     if agreement:
-        def larger(e: dict) -> str:
-            more = e.get("larger_real")
-            return f" ({tau_text(more['kendall_tau']['retrieval'])}, {tau_text(more['kendall_tau']['answer'])} with {more['real_questions']} real questions)" if more else ""
+        def larger(e: dict) -> str:  # more real questions, and the same ones against a set another model wrote (ragkit's default writer)
+            parts = [f"{tau_text(more['kendall_tau']['retrieval'])}, {tau_text(more['kendall_tau']['answer'])} with {more['real_questions']} real questions"
+                     for more in [e.get("larger_real")] if more]
+            parts += [f"{tau_text(r['kendall_tau']['retrieval'])}, {tau_text(r['kendall_tau']['answer'])} with {r['real_questions']} and a set the "
+                      f"{writer_size(writer)} wrote" for writer, by_real in e.get("by_writer", {}).items() for r in by_real.values()]
+            return f" ({'; '.join(parts)})" if parts else ""
 
         def judged(e: dict) -> str:
             more = e.get("larger_judge")

@@ -335,7 +335,8 @@ def test_the_agreement_table_shows_a_set_another_model_wrote_beside_the_first(ag
 
         other["per_strategy"]["real"] = {s: {"mrr": 0.1, "correct": 0.1} for s in other["strategies"]}
         assert "| new_wiki | real, 240, beside the 1.5B's set: MRR / right | 0.10 / 0.10 |" in tables.agreement_table(data)
-        del data["sets"]["new_wiki"]["by_writer"]
+        for entry in data["sets"].values():
+            entry.pop("by_writer", None)
         assert "written by" not in tables.agreement_table(data)
 
 
@@ -375,3 +376,32 @@ def test_a_rerun_whose_latencies_moved_but_not_its_figures_is_not_shown_twice():
         assert "| squad_dev | generated, again beside the 240:" not in tables.agreement_table(data)
         rerun["plain"]["mrr"] = 0.5
         assert "| squad_dev | generated, again beside the 240: MRR / right | 0.50 / " in tables.agreement_table(data)
+
+
+def test_a_question_reaches_beyond_its_best_sentence_only_with_words_another_sentence_holds():
+    paragraph = "Nikola Tesla was born in Smiljan. He moved to New York in 1884. There he worked for Edison."
+    with bench_module("question_reach") as reach:
+        # every word the paragraph gives it is in one sentence: within one sentence, whatever else it asks
+        assert reach.words_beyond_best_sentence("When did he move to New York, famously?", paragraph) == set()
+        # "Tesla" is only in the first sentence, the year's sentence is the best match: the question reaches
+        assert reach.words_beyond_best_sentence("When did Tesla move to New York?", paragraph) == {"tesla"}
+        # a question of no content word reaches nowhere, and a one-sentence paragraph cannot be reached beyond
+        assert reach.words_beyond_best_sentence("Who was he?", paragraph) == set()
+        assert reach.words_beyond_best_sentence("Where was Tesla born?", "Nikola Tesla was born in Smiljan") == set()
+        assert reach.reach_share([("When did Tesla move to New York?", paragraph), ("Where was Tesla born?", paragraph)]) == {
+            "n": 2, "reaching": 1, "share": 0.5}
+        assert reach.reach_share([]) == {"n": 0, "reaching": 0, "share": None}
+
+
+def test_the_readme_summary_names_every_set_another_model_wrote():
+    """The summary row carried only the 0.5B sets' figures while `ragkit testset generate` writes with the 1.5B."""
+    import json
+
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    with bench_module("tables") as tables:
+        summary = tables.summary_table()
+    rewritten = [(writer, entry) for e in data["sets"].values() for writer, by_real in e.get("by_writer", {}).items() for entry in by_real.values()]
+    assert rewritten, "the committed figures hold a set another model wrote"
+    for writer, entry in rewritten:
+        assert (f"{tables.tau_text(entry['kendall_tau']['retrieval'])}, {tables.tau_text(entry['kendall_tau']['answer'])} with "
+                f"{entry['real_questions']} and a set the {tables.writer_size(writer)} wrote") in summary
