@@ -63,6 +63,26 @@ def rerank_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def rerank_questions_table(d: dict) -> str:
+    """bench/rerank_questions.py: the rerank feature as the pipeline runs it, against plain, on thousands of people's questions."""
+    lines = ["| set | questions of | n | plain MRR@5 / R@1 / R@5 | reranker | MRR@5 change [95%] | R@1 change [95%] | R@5 change [95%] | MRR worse / better |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    part_names = {"agreement_paragraphs": "the 300 paragraphs eval_agreement samples", "other_paragraphs": "other paragraphs (1,000 drawn)"}
+
+    def change(f: dict) -> str:
+        return f"{f['change']:+.3f} [{f['interval95'][0]:+.3f}, {f['interval95'][1]:+.3f}]"
+
+    for name, parts in d["sets"].items():
+        for part, f in parts.items():
+            plain = f"{f['plain']['mrr@5']:.3f} / {f['plain']['r@1']:.3f} / {f['plain']['r@5']:.3f}"
+            for label in (k for k in f if k not in ("questions", "plain")):
+                shown = "the default (fused 1:1)" if label == "rerank" else "retrieval weighted 2 (candidate)"
+                chosen = " ← chosen here" if f"{name} {part}" == d["chosen_on"] and label != "rerank" else ""
+                lines.append(f"| {name} | {part_names.get(part, part)} | {f['questions']} | {plain} | {shown}{chosen} | {change(f[label]['mrr@5'])} | "
+                             f"{change(f[label]['r@1'])} | {change(f[label]['r@5'])} | {f[label]['worse']} / {f[label]['better']} |")
+    return "\n".join(lines)
+
+
 def one_engine_table(new: dict, old: dict) -> str:
     """The one-engine rerun (bench/results/agentic_squad_one_engine.json) beside the hand-rolled engine's committed rows."""
     lines = ["| config | engine | questions | EM | F1 | declined | LLM calls/q | p50 s | full / plain p50 | overhead ms p50 / p95 |", "|" + " --- |" * 10]
@@ -779,7 +799,7 @@ def tables() -> dict[str, str]:
     retrieval = RESULTS / "retrieval_squad.md"
     if retrieval.exists():  # the table of bench/retrieval_squad.py's own report
         out["retrieval_squad.json"] = next(block for block in retrieval.read_text().split("\n\n") if block.startswith("|"))
-    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("routing.json", routing_table),
+    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("rerank_questions.json", rerank_questions_table), ("routing.json", routing_table),
                      ("injection.json", injection_table), ("reliability.json", reliability_table)):
         data = load(name)
         if data:

@@ -101,8 +101,21 @@ def test_reranker_configuration_errors():
         Reranker(backend="cross-encoder")
     with pytest.raises(ValueError):
         Reranker(backend="llm")
-    again = Reranker.from_dict(Reranker(backend="bi-encoder", top_k=3).to_dict())
-    assert again.backend == "bi-encoder" and again.top_k == 3
+    with pytest.raises(ValueError, match="retrieval_weight"):
+        Reranker(backend="bi-encoder", retrieval_weight=0)
+    again = Reranker.from_dict(Reranker(backend="bi-encoder", top_k=3, retrieval_weight=2.0).to_dict())
+    assert again.backend == "bi-encoder" and again.top_k == 3 and again.retrieval_weight == 2.0
+    assert Reranker.from_dict({"type": "ragkit.components.reranker.Reranker", "init_parameters": {"backend": "bi-encoder"}}).retrieval_weight == 1.0
+
+
+def test_a_heavier_retrieval_weight_lets_the_reranker_break_near_ties_but_not_outvote_retrieval():
+    from ragkit.components.reranker import fused_order
+
+    scores = [0.1, 0.2, 0.9, 0.3]  # the reranker likes retrieval's third best most
+    assert fused_order(scores) == [2, 0, 1, 3]  # equal votes: its favourite jumps to first
+    assert fused_order(scores, retrieval_weight=2.0) == [0, 2, 1, 3]  # retrieval's first holds; the favourite moves up one
+    # two candidates the reranker orders the other way: a tie at equal votes (the reranker breaks it), retrieval's at 2
+    assert fused_order([0.1, 0.9]) == [1, 0] and fused_order([0.1, 0.9], retrieval_weight=2.0) == [0, 1]
 
 
 @pytest.mark.integration
@@ -136,3 +149,19 @@ def test_cross_encoder_backend_loads_a_local_model(tiny_cross_encoder):
     assert len(out["documents"]) == 2 and all(0.0 <= d.score <= 1.0 for d in out["documents"])
     assert "fallback" not in out["reranking"]
     assert sorted(out["reranking"]["order"]) == [0, 1]
+
+
+def test_the_rerank_bench_scores_a_gold_paragraph_by_its_place_in_the_top_five_and_marks_where_the_weight_was_chosen():
+    from conftest import bench_module
+
+    with bench_module("rerank_questions") as bench:
+        assert bench.gold_measures(["a", "g", "b"], "g") == {"mrr@5": 0.5, "r@1": 0.0, "r@5": 1.0}
+        assert bench.gold_measures(["a", "b", "c", "d", "e", "g"], "g") == {"mrr@5": 0.0, "r@1": 0.0, "r@5": 0.0}  # sixth is out
+        plain, other = [{"mrr@5": 1.0, "r@1": 1.0, "r@5": 1.0}, {"mrr@5": 0.0, "r@1": 0.0, "r@5": 0.0}], [{"mrr@5": 0.5, "r@1": 0.0, "r@5": 1.0}] * 2
+        figures = bench.against_plain(plain, other)
+        assert figures["mrr@5"]["change"] == 0.0 and (figures["worse"], figures["better"]) == (1, 1) and figures["r@1"]["change"] == -0.5
+    with bench_module("tables") as tables:
+        part = {"questions": 2, "plain": {"mrr@5": 0.5, "r@1": 0.5, "r@5": 0.5}, "rerank": figures, "rerank, retrieval weighted 2": figures}
+        table = tables.rerank_questions_table({"chosen_on": "squad_dev other_paragraphs", "sets": {
+            "squad_dev": {"other_paragraphs": part}, "new_wiki": {"other_paragraphs": part}}})
+        assert table.count("← chosen here") == 1 and "| squad_dev | other paragraphs (1,000 drawn) | 2 | 0.500 / 0.500 / 0.500 | retrieval weighted 2 (candidate) ← chosen here |" in table
