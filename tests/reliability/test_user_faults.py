@@ -210,7 +210,9 @@ def test_ctrl_c_during_ragkit_index_leaves_the_index_as_it_was_and_no_lock_or_te
     done = subprocess.run([*RAGKIT, "index", str(docs / "Nikola_Tesla.md"), "--index-dir", str(index_dir), "--quiet"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     before = index_state(index_dir)
-    words = [f"lake{i} lies beside hill{i} under the northern sky." for i in range(3000)]
+    # ~1,700 chunks, 20 s or more of embedding on 2 cores: 425 were embedded in 6 s on a fast run, which then ended
+    # before the Ctrl-C at 10 s and died of it at exit (-2)
+    words = [f"lake{i} lies beside hill{i} under the northern sky." for i in range(12000)]
     (docs / "long.md").write_text("\n\n".join(" ".join(words[i:i + 20]) for i in range(0, len(words), 20)))
     process = subprocess.Popen([*RAGKIT, "index", str(docs), "--index-dir", str(index_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.monotonic()
