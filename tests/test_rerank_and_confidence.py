@@ -165,3 +165,22 @@ def test_the_rerank_bench_scores_a_gold_paragraph_by_its_place_in_the_top_five_a
         table = tables.rerank_questions_table({"chosen_on": "squad_dev other_paragraphs", "sets": {
             "squad_dev": {"other_paragraphs": part}, "new_wiki": {"other_paragraphs": part}}})
         assert table.count("← chosen here") == 1 and "| squad_dev | other paragraphs (1,000 drawn) | 2 | 0.500 / 0.500 / 0.500 | retrieval weighted 2 (candidate) ← chosen here |" in table
+
+
+def test_notebook_05_shows_every_committed_rerank_measurement_against_plain():
+    import json
+    from pathlib import Path
+
+    from ragkit.eval.experiments import rerank_question_rows
+
+    data = json.loads((Path(__file__).resolve().parent.parent / "bench" / "results" / "rerank_questions.json").read_text())
+    rows = rerank_question_rows(data)
+    measured = [(name, part, label) for name, parts in data["sets"].items() for part, f in parts.items() for label in f if label not in ("questions", "plain")]
+    assert len(rows) == len(measured) == 8
+    first = data["sets"]["squad_dev"]["agreement_paragraphs"]
+    assert rows[0] == {"set": "squad_dev", "questions": f"{first['questions']} (its 300)", "fusion": "1:1 (default)",
+                       **{f"{m.upper()} Δ [95%]": f"{first['rerank'][m]['change']:+.3f} [{first['rerank'][m]['interval95'][0]:+.3f},"
+                          f"{first['rerank'][m]['interval95'][1]:+.3f}]" for m in ("mrr@5", "r@1", "r@5")}}
+    assert {row["fusion"] for row in rows} == {"1:1 (default)", "2:1"}
+    # at 1280 px with the file browser open the table fit when no row was longer than this (screenshot, notebook 05)
+    assert max(len(" ".join(row.values())) for row in rows) <= 110

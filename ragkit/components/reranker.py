@@ -28,9 +28,9 @@ pointwise reranker was far worse and took ~30 s (``python bench/rerank_squad.py 
 --llm-questions 8`` → bench/results/rerank_squad.json). On thousands of people's questions as the pipeline runs
 them (10 candidates, top 5; ``python bench/rerank_questions.py``) that 1:1 fusion lowers MRR@5 by 0.01–0.03 and R@1
 by 2–5 points against hybrid retrieval alone; ``retrieval_weight=2`` (the retrieval order counted twice, so the best
-sentence breaks near-ties instead of outvoting it; chosen on SQuAD dev questions outside the 300 paragraphs the agreement runs sample) keeps
-MRR@5 within 0.005 and adds 0.4–1.3 points of R@5. The default stays 1 until the figures measured with it are
-measured again (docs/agentic_features.md).
+sentence breaks near-ties instead of outvoting it; chosen on SQuAD dev questions outside the 300 paragraphs the
+agreement runs sample) keeps MRR@5 within 0.005 and adds 0.4–1.3 points of R@5. The default stays 1 until the
+figures measured with it are measured again (docs/agentic_features.md).
 
 Scores land in ``Document.score`` (the retrieval score is kept in ``meta["retrieval_score"]``).
 If the LLM gives no probabilities (a server that sends no log-probabilities), or scoring fails, the input

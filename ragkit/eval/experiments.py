@@ -207,6 +207,19 @@ def grading_summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def rerank_question_rows(data: dict) -> list[dict]:
+    """``bench/results/rerank_questions.json`` as table rows narrow enough for a laptop's notebook: per set, sample
+    ("its 300": the agreement runs' paragraphs) and reranker fusion, the change against plain retrieval in MRR@5,
+    R@1 and R@5 with its paired-bootstrap 95% interval."""
+    def change(f: dict) -> str:
+        return f"{f['change']:+.3f} [{f['interval95'][0]:+.3f},{f['interval95'][1]:+.3f}]"
+
+    samples = {"agreement_paragraphs": "its 300", "other_paragraphs": "others"}
+    return [{"set": name, "questions": f"{f['questions']} ({samples.get(part, part)})", "fusion": "1:1 (default)" if label == "rerank" else "2:1",
+             **{f"{measure.upper()} Δ [95%]": change(f[label][measure]) for measure in ("mrr@5", "r@1", "r@5")}}
+            for name, parts in data["sets"].items() for part, f in parts.items() for label in f if label not in ("questions", "plain")]
+
+
 # -- hallucination --------------------------------------------------------------------------------
 def judge_scores(detector, items: list[dict], with_question: bool = True, progress: bool = True) -> list[dict]:
     """The detector's P(supported) for every labelled item, with its milliseconds."""
