@@ -3,7 +3,7 @@
 ``bench/eval_agreement.py`` found SQuAD dev's generated set ranking the sentence-level reranker above plain retrieval
 while people's questions rank it below (docs/evaluation.md). The explanation offered there: a generated question is
 written from one sentence, a person's from the whole paragraph. This script measures that, with no LLM and no
-threshold to choose: for each question, its content words (``ragkit.eval.metrics.STOPWORDS`` left out) that its
+threshold to choose: for each question, its content words (SQuAD's normalisation, ``ragkit.eval.metrics.STOPWORDS`` left out) that its
 paragraph holds, and whether some of those are **outside the paragraph's best-matching sentence** (the sentence
 holding most of them) — a question that "reaches" beyond one sentence. Measured on every real question of the set,
 on the 240 real questions the agreement runs asked, and on each committed generated set's single and paraphrase
@@ -28,20 +28,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from eval_agreement import FIRST_WRITER, run_folder  # noqa: E402
+
 from ragkit.eval.experiment_sets import load_squad_corpus  # noqa: E402
 from ragkit.eval.metrics import STOPWORDS, normalize_answer  # noqa: E402
+from ragkit.eval.runs import load_run  # noqa: E402
 from ragkit.eval.testset import load_testset, squad_file  # noqa: E402
 from ragkit.index.sentences import sentence_spans  # noqa: E402
 
 SETS = ("squad_dev", "new_wiki")
 SETS_DIR = REPO / "bench" / "results" / "eval_agreement"
-RUNS_DIR = REPO / "bench" / ".cache" / "eval_agreement"
 RESULT = REPO / "bench" / "results" / "question_reach.json"
 COMPARED = ("rerank", "sparse_only", "dense_only", "grading")
 COMMAND = ".venv/bin/python bench/question_reach.py"
 
 
 def content_words(text: str) -> set[str]:
+    # SQuAD's answer normalisation, not ragkit.eval.metrics.content_words: that splits "Tesla's" into "tesla" and
+    # "s" and moves the committed shares (31 % of SQuAD dev's questions reaching would read 32 %)
     return {word for word in normalize_answer(text).split() if word not in STOPWORDS}
 
 
@@ -61,23 +65,24 @@ def reach_share(pairs: list[tuple[str, str]]) -> dict:
     return {"n": len(pairs), "reaching": reaching, "share": round(reaching / len(pairs), 3) if pairs else None}
 
 
-def _rows(folder: Path) -> dict[str, dict] | None:
-    path = folder / "rows.jsonl"
-    if not path.exists():
+def _rows(name: str, strategy: str) -> dict[str, dict] | None:
+    """The scored rows of ``strategy``'s run on the 240 real questions of ``name`` (None when the run is not here)."""
+    folder = run_folder(name, 120, 240, FIRST_WRITER, "real", strategy)
+    if not (folder / "run.json").exists():
         return None
-    return {row["id"]: row for row in map(json.loads, path.read_text().splitlines()) if row.get("mrr") is not None}
+    return {row["id"]: row for row in load_run(folder)["rows"] if row.get("mrr") is not None}
 
 
-def retrieval_split(runs: Path, paragraphs: dict[str, str]) -> dict | None:
+def retrieval_split(name: str, paragraphs: dict[str, str]) -> dict | None:
     """Each compared strategy's MRR change against plain on the real questions, for those that reach beyond their
     best sentence and those that do not; None when the finished runs are not here."""
-    plain = _rows(runs / "real-plain")
+    plain = _rows(name, "plain")
     if plain is None:
         return None
     reaches = {qid: bool(words_beyond_best_sentence(row["question"], paragraphs[row["gold_chunks"][0]])) for qid, row in plain.items()}
     split = {}
     for strategy in COMPARED:
-        other = _rows(runs / f"real-{strategy}")
+        other = _rows(name, strategy)
         if other is None:
             continue
         split[strategy] = {}
@@ -100,7 +105,7 @@ def measure(name: str, earlier: dict) -> dict:
         items, _ = load_testset(path)
         figures["generated"][writer] = {kind: reach_share([(item.question, paragraphs[item.chunks[0]]) for item in items if item.kind == kind])
                                         for kind in ("single", "paraphrase")}
-    split = retrieval_split(RUNS_DIR / f"{name}-120-240", paragraphs)
+    split = retrieval_split(name, paragraphs)
     figures["retrieval_vs_plain_real_240"] = split if split is not None else earlier.get("retrieval_vs_plain_real_240")
     return figures
 

@@ -7,7 +7,8 @@ few to say whether that is the reranker or those questions; this script asks tho
 
 * ``plain``: the documents ``Features()`` hands the answer prompt (hybrid retrieval's top 5);
 * ``rerank``: ``Features(rerank=True)``'s — its 10 hybrid candidates reordered by the real
-  :class:`~ragkit.components.reranker.Reranker`, top 5 (asserted equal to the script's own call of that component);
+  :class:`~ragkit.components.reranker.Reranker`, top 5 — the script calls that component on the pipeline's own
+  candidates, and asserts on each part's first questions that the pipeline orders them the same;
 * ``rerank, retrieval weighted 2``: the same component with ``retrieval_weight=2`` — the reranker's order
   breaking the retrieval order's near-ties instead of outvoting it. A candidate default, **chosen on SQuAD dev's
   questions outside the 300 paragraphs the agreement runs sample** and reported on new_wiki and on those 300's
@@ -47,6 +48,7 @@ from ragkit.pipeline.features import Features  # noqa: E402
 
 SETS = ("squad_dev", "new_wiki")
 PARAGRAPHS, OTHER_QUESTIONS, SEED, TOP_K = 300, 1000, 23, 5
+PIPELINE_CHECKED = 50  # questions a part whose reranked order is also read from the whole pipeline
 CANDIDATE_WEIGHT = 2.0
 RESULT = REPO / "bench" / "results" / "rerank_questions.json"
 COMMAND = ".venv/bin/python bench/rerank_questions.py"
@@ -83,11 +85,12 @@ def measure_set(name: str) -> dict:
     result = {}
     for part, asked in parts.items():
         rows: dict[str, list[dict]] = {"plain": [], "rerank": [], "rerank, retrieval weighted 2": []}
-        for q in tqdm(asked, desc=f"{name} {part}", file=sys.stderr):
+        for asked_so_far, q in enumerate(tqdm(asked, desc=f"{name} {part}", file=sys.stderr)):
             plain = [d.id for d in plain_rag.pause_before(q["question"], "answer_prompt").inputs["documents"]]
-            reranked = [d.id for d in rerank_rag.pause_before(q["question"], "answer_prompt").inputs["documents"]]
             candidates = rerank_rag.pause_before(q["question"], "rerank").inputs["documents"]
-            assert [d.id for d in current.run(query=q["question"], documents=candidates)["documents"]] == reranked, "the pipeline's reranker"
+            reranked = [d.id for d in current.run(query=q["question"], documents=candidates)["documents"]]
+            if asked_so_far < PIPELINE_CHECKED:
+                assert [d.id for d in rerank_rag.pause_before(q["question"], "answer_prompt").inputs["documents"]] == reranked, "the pipeline's reranker"
             reweighted = [d.id for d in weighted.run(query=q["question"], documents=candidates)["documents"]]
             for label, ids in (("plain", plain), ("rerank", reranked), ("rerank, retrieval weighted 2", reweighted)):
                 rows[label].append(gold_measures(ids, q["doc_id"]))
