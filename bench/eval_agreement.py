@@ -43,6 +43,9 @@ and its report and stops:
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --generate-only
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240 --writer-model qwen2.5-coder-1.5b
 
+``--question-context passage`` has the writer read each sentence's whole paragraph (``bench/writer_context.py``): its
+set is filed as another writer's, ``{model}-passage`` (``ragkit.eval.agreement.writer_label``), beside the others.
+
 ``--real`` above 120 keeps the first runs' 120 real questions and adds a second seeded draw from the
 paragraphs' other questions: the split-half τ of the real rankings at 120 says they are mostly noise at
 that size. Such a run writes its real set to ``{set}.real{N}.jsonl`` and its figures to the set's
@@ -84,10 +87,10 @@ from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
 from ragkit.config import DEFAULT_LLM, ModelConfig, RagConfig
-from ragkit.eval.agreement import agreement as shared_agreement, split_half
+from ragkit.eval.agreement import agreement as shared_agreement, split_half, writer_label
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
-from ragkit.eval.generate import generate_testset
+from ragkit.eval.generate import QUESTION_CONTEXTS, generate_testset
 from ragkit.eval.judge import DEFAULT_TASK, FAITHFULNESS_TASKS, LocalJudge
 from ragkit.eval.metrics import holds_gold_answer
 from ragkit.eval.runs import EvalRun, load_run
@@ -112,6 +115,17 @@ FIRST_REAL_DRAW = 120  # the real set of the first committed runs; a larger --re
 FIRST_WRITER = "qwen2.5-coder-0.5b"
 
 
+def entry_writer(entry: dict) -> str:
+    """Who wrote a stored entry's generated set (no ``writer_model``: the first writer; no ``question_context``: sentences)."""
+    return writer_label(entry.get("writer_model", FIRST_WRITER), entry.get("question_context", "sentence"))
+
+
+def context_field(question_context: str) -> dict:
+    """``question_context`` as an entry records it: only where the writer read more than the sentence, so every entry
+    written before the choice existed reads as what it was."""
+    return {} if question_context == "sentence" else {"question_context": question_context}
+
+
 def writer_suffix(writer: str) -> str:
     return "" if writer == FIRST_WRITER else f".{writer}"
 
@@ -128,7 +142,7 @@ def writer_section(data: dict, set_name: str, writer: str, real: int) -> dict | 
     entry = data["sets"].get(set_name)
     if entry is None:
         return None
-    if entry.get("writer_model", FIRST_WRITER) == writer:
+    if entry_writer(entry) == writer:
         return entry.get("larger_real") if real > FIRST_REAL_DRAW else entry
     return entry.get("by_writer", {}).get(writer, {}).get(f"real{real}")
 
@@ -137,8 +151,8 @@ def file_entry(data: dict, set_name: str, entry: dict) -> None:
     """Where a run's figures go: the set's entry (a larger real set's beside it, as ``larger_real``), or — for a set
     another model wrote from the same paragraphs — its ``by_writer`` section, under its real set's size."""
     first = data["sets"].get(set_name)
-    writer = entry.get("writer_model", FIRST_WRITER)
-    if first is not None and first.get("writer_model", FIRST_WRITER) != writer:
+    writer = entry_writer(entry)
+    if first is not None and entry_writer(first) != writer:
         first.setdefault("by_writer", {}).setdefault(writer, {})[f"real{entry['real_questions']}"] = entry
     elif entry["real_questions"] > FIRST_REAL_DRAW:  # beside the 120-question entry, whose judge AUC it keeps
         before = first.get("larger_real")
@@ -261,7 +275,7 @@ def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER) -> int:
     entry, stored = data["sets"][set_name], writer_section(data, set_name, writer, real)
     if stored is None:
         raise SystemExit(f"no stored run of {set_name} with a set written by {writer} and {real} real questions")
-    first_writer = entry.get("writer_model", FIRST_WRITER) == writer
+    first_writer = entry_writer(entry) == writer
     larger = real > FIRST_REAL_DRAW and first_writer  # the figures filed beside the first entry's (no judge AUC)
     entry = entry if first_writer else stored
     folder = run_folder(set_name, entry["generated"]["requested"], stored["real_questions"], writer, "generated", "").parent
@@ -291,6 +305,8 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="the model every strategy answers with")
     parser.add_argument("--writer-model", help=f"the model that writes the generated set (default {DEFAULT_LLM}, as `ragkit testset generate`; "
                                                f"with --rescore, the set's first; the first committed sets: {FIRST_WRITER})")
+    parser.add_argument("--question-context", choices=QUESTION_CONTEXTS, default="sentence",
+                        help="what the writer reads for each question: its answer's sentence, or the sentence's whole passage (bench/writer_context.py)")
     parser.add_argument("--generate-only", action="store_true", help="write the generated set and its report, and stop")
     parser.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
@@ -308,8 +324,9 @@ def main() -> int:
     if args.writer_model is None:
         stored = json.loads(OUT.read_text())["sets"].get(args.set, {}) if args.rescore and OUT.exists() else {}
         args.writer_model = stored.get("writer_model", FIRST_WRITER) if args.rescore else DEFAULT_LLM
+    args.writer = writer_label(args.writer_model, args.question_context)  # what its set, runs and figures are filed under
     if args.rescore:
-        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real, args.writer_model)
+        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real, args.writer)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -331,14 +348,15 @@ def main() -> int:
     cache = LLMCache(CACHE / "eval_agreement" / "llm_cache.sqlite")
 
     SETS_DIR.mkdir(parents=True, exist_ok=True)
-    generated_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer_model)}.jsonl"
-    report_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer_model)}.report.json"
+    generated_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer)}.jsonl"
+    report_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer)}.report.json"
     stale = not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated
     if stale and not args.judge_only:  # the judge-only run reads no generated item
         with llm_cache(cache):
-            items, report = generate_testset(index, generator(args.writer_model), n=args.generated, seed=SEED, chunk_ids=chosen, progress=None)
+            items, report = generate_testset(index, generator(args.writer_model), n=args.generated, seed=SEED, chunk_ids=chosen, progress=None,
+                                             question_context=args.question_context)
         save_testset(items, generated_path)
-        report_path.write_text(json.dumps(report.summary() | {"writer_model": args.writer_model}, indent=1) + "\n")
+        report_path.write_text(json.dumps(report.summary() | {"writer_model": args.writer_model} | context_field(args.question_context), indent=1) + "\n")
     if args.generate_only:
         print(report_path.read_text())
         return 0
@@ -356,7 +374,7 @@ def main() -> int:
         items, _ = load_testset(path)
         for strategy in tqdm(strategies, desc=f"{args.set} {which}", file=sys.stderr):
             judged = which == "real" and strategy.name == "plain" and not larger
-            run = EvalRun.open(run_folder(args.set, args.generated, args.real, args.writer_model, which, strategy.label), strategy, config, path, items,
+            run = EvalRun.open(run_folder(args.set, args.generated, args.real, args.writer, which, strategy.label), strategy, config, path, items,
                                known_chunks=set(index.chunks), judge_model=judge.label if judged else None, chat_generator=llm)
             rag = AgenticRAG(strategy.features, config=config, index=index, chat_generator=llm)
             results[which][strategy.label] = run.execute(rag, judge=judge if judged else None, cache=cache)
@@ -367,7 +385,7 @@ def main() -> int:
     figures = agreement_figures(rows)
     agreements = figures["agreements"]
     entry = {
-        "strategies": names, "model": args.model, "writer_model": args.writer_model, "judge_model": args.judge_model,
+        "strategies": names, "model": args.model, "writer_model": args.writer_model, **context_field(args.question_context), "judge_model": args.judge_model,
         "kendall_tau": figures["kendall_tau"], "kendall_tau_interval95": figures["kendall_tau_interval95"], "split_half_tau": figures["split_half_tau"],
         "judge_auc": figures["judge_auc"],
         "judge_n": figures["judge_n"], "judge_task": args.judge_task, "corpus_paragraphs": len(docs),

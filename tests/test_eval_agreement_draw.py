@@ -393,6 +393,20 @@ def test_a_question_reaches_beyond_its_best_sentence_only_with_words_another_sen
         assert reach.reach_share([]) == {"n": 0, "reaching": 0, "share": None}
 
 
+def test_the_writer_context_decision_follows_its_rule_from_the_committed_figures():
+    import json
+
+    data = json.loads((ROOT / "bench" / "results" / "writer_context.json").read_text())
+    with bench_module("writer_context") as bench:
+        assert bench.decide(data["people"]["reach"]["share"], data["contexts"]) == data["decision"]
+        # and the rule can choose the passage writer: closer to people's reach, keeping nearly as many
+        figures = {"sentence": {"reach": {"all": {"share": 0.1}}, "acceptance": 0.5}, "passage": {"reach": {"all": {"share": 0.25}}, "acceptance": 0.45}}
+        assert bench.decide(0.3, figures)["default"] == "passage"
+        figures["passage"]["acceptance"] = 0.35
+        assert bench.decide(0.3, figures)["default"] == "sentence"
+    assert data["decision"]["default"] == "sentence"  # what ragkit.eval.generate's default says
+
+
 def test_the_readme_summary_names_every_set_another_model_wrote():
     """The summary row carried only the 0.5B sets' figures while `ragkit testset generate` writes with the 1.5B."""
     import json

@@ -181,6 +181,38 @@ def test_a_question_cut_off_at_the_grammars_word_limit_or_looping_is_a_counted_r
         assert reason == why and (question is None) == (why is not None), (reply, reason)
 
 
+def test_the_passage_writer_reads_the_whole_chunk_and_the_sentence_writer_its_sentence_alone():
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from ragkit.eval.agreement import writer_label, writer_size
+    from ragkit.eval.questions import question_messages
+
+    passage = "Nikola Tesla was a Serbian-American inventor. He was born in 1856 in Smiljan."
+    sentence = "He was born in 1856 in Smiljan."
+    alone = question_messages(sentence, "1856", paraphrase=False)[1].text
+    # the sentence writer's prompt is the one every committed set was written with, byte for byte (the LLM cache's key)
+    assert alone == ("Sentence: He was born in 1856 in Smiljan.\nAnswer: 1856\nWrite one question that this sentence answers with exactly "
+                     "this answer. The question must not contain the answer.")
+    reading = question_messages(sentence, "1856", paraphrase=True, passage=passage)[1].text
+    assert reading.startswith(f"Passage: {passage}\n") and f"Sentence of the passage: {sentence}" in reading and "(synonyms)" in reading
+    # the passage's letters beyond ASCII are the question's to use: "Temüjin" is named in the passage, not the sentence
+    named = "In 1206 Temüjin was proclaimed Genghis Khan. He ruled from 1206."
+    question, why = write_question(MockChatGenerator(responses=["When did Temüjin begin to rule?"]), "He ruled from 1206.", "1206", "time",
+                                   paraphrase=False, passage=named)
+    assert (question, why) == ("When did Temüjin begin to rule?", None)
+    assert write_question(MockChatGenerator(responses=["When did Temüjin begin to rule?"]), "He ruled from 1206.", "1206", "time",
+                          paraphrase=False) == (None, "foreign_characters")
+    assert writer_label("qwen2.5-coder-1.5b") == "qwen2.5-coder-1.5b" and writer_size("qwen2.5-coder-1.5b") == "1.5B"
+    assert writer_size(writer_label("qwen2.5-coder-1.5b", "passage")) == "1.5B reading whole passages"
+
+
+def test_generation_takes_only_the_writer_contexts_it_has():
+    from ragkit.eval.generate import generate_testset
+
+    with pytest.raises(ValueError, match="question_context"):
+        generate_testset(SimpleNamespace(chunks={}), chat_generator=None, n=2, question_context="document")
+
+
 def test_a_question_holds_no_letter_of_a_script_its_sentence_does_not_use():
     # the 1.5B wrote "Which university has won the most NCAA championships in men's and女子's sports?" (new_wiki, kept)
     from haystack.components.generators.chat import MockChatGenerator

@@ -74,9 +74,16 @@ def kendall_tau(scores_a: dict[str, float], scores_b: dict[str, float]) -> float
     return 0.0 if value is None else value
 
 
-def writer_size(model: str) -> str:
-    """A model's size as the tables name it: "qwen2.5-coder-1.5b" -> "1.5B"."""
-    return model.split("-")[-1].upper()
+def writer_label(model: str, question_context: str = "sentence") -> str:
+    """A generated set's writer as runs and figures are filed: its model, and ``-passage`` when it read each sentence's
+    whole chunk (``generate_testset(question_context="passage")``)."""
+    return model if question_context == "sentence" else f"{model}-{question_context}"
+
+
+def writer_size(writer: str) -> str:
+    """A writer as the tables name it: "qwen2.5-coder-1.5b" -> "1.5B", "qwen2.5-coder-1.5b-passage" -> "1.5B reading whole passages"."""
+    model = writer.removesuffix("-passage")
+    return model.split("-")[-1].upper() + (" reading whole passages" if model != writer else "")
 
 
 def tau_text(value: float) -> str:

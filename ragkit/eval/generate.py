@@ -23,6 +23,11 @@ Answer first, question second — the way a small model can be made to write usa
    (", and …"), **unanswerable** items put an entity the corpus never mentions in a kept question's place of one
    it does, never a month nor code in backticks (:data:`ABSENT_ENTITIES`, checked against the index's vocabulary).
 
+The writer reads the answer's sentence. ``question_context="passage"`` has it read the sentence's whole chunk instead,
+as a person asking about a paragraph does; on SQuAD dev paragraphs no scored run asks, its items drew on the paragraph
+beyond their sentence no more often (25 % and 25 %), it kept 28 % of its candidates against 49 %, and a kept item
+cost 2.4 times the seconds (``bench/writer_context.py``), so it is not the default.
+
 Every reject is counted by kind and reason (:class:`GenerationReport`). LLM calls go through
 :func:`ragkit.llm.structured.call_llm`, so an active LLM cache (:mod:`ragkit.llm.cache`) serves a rerun.
 
@@ -52,6 +57,7 @@ from ragkit.index.store import RagIndex
 from ragkit.llm.prompts import context_messages, sufficiency_task
 from ragkit.llm.judgments import yes_probability
 
+QUESTION_CONTEXTS = ("sentence", "passage")
 DEFAULT_MIX = {"single": 0.4, "paraphrase": 0.25, "multi": 0.15, "unanswerable": 0.2}
 MAX_COPIED_WORDS = {"single": 6, "paraphrase": 4}  # a longer run of the chunk's words is a copy, not a question
 ANSWERED_F1, DUPLICATE_OVERLAP = 0.5, 0.8
@@ -230,12 +236,13 @@ def unanswerable_from(item: EvalItem, index: RagIndex, rng: random.Random, used:
 def generate_testset(
     index: RagIndex, chat_generator: Any, n: int = 40, mix: dict[str, float] | None = None, seed: int = 0,
     chunk_ids: list[str] | None = None, embedder: str | None = None, judge: bool = True, progress: Callable[[int, int], None] | None = None,
-    check_generator: Any | None = None, check_threshold: float = CHECK_THRESHOLD,
+    check_generator: Any | None = None, check_threshold: float = CHECK_THRESHOLD, question_context: str = "sentence",
 ) -> tuple[list[EvalItem], GenerationReport]:
     """``n`` items from ``index``'s chunks (or ``chunk_ids``), in the proportions of ``mix``. The LLM calls
     are traced as one ``testset`` step, so the report's ``llm_calls`` are exact (cache hits are not calls). With
     ``check_generator``, a candidate the round trip keeps is kept only if that model's P(yes) to "is this answer
-    correct?" over its chunk is at least ``check_threshold`` (measured for :data:`CHECK_MODEL`)."""
+    correct?" over its chunk is at least ``check_threshold`` (measured for :data:`CHECK_MODEL`). ``question_context``:
+    what the writer reads, its answer's ``"sentence"`` or the sentence's whole chunk, ``"passage"``."""
     from haystack import tracing
 
     from ragkit.pipeline.trace import RagkitTracer
@@ -244,6 +251,8 @@ def generate_testset(
     mix = mix or DEFAULT_MIX
     if set(mix) - set(DEFAULT_MIX) or any(v < 0 for v in mix.values()):
         raise ValueError(f"mix takes the kinds {sorted(DEFAULT_MIX)} with shares >= 0, not {mix}")
+    if question_context not in QUESTION_CONTEXTS:
+        raise ValueError(f"question_context is one of {QUESTION_CONTEXTS}, not {question_context!r}")
     report = GenerationReport(requested=n)
     rng = random.Random(seed)
     wanted = {kind: round(n * mix.get(kind, 0.0)) for kind in DEFAULT_MIX}
@@ -263,7 +272,8 @@ def generate_testset(
                 break
             kind = min(open_kinds, key=lambda k: len(kept[k]) / need[k])  # the kind furthest behind
             kept_items = [item for items in kept.values() for item in items]
-            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, kept_items, judge, too_common, check)
+            item, outcome = _candidate(index.chunks[ids[i % len(ids)]], kind, chat_generator, answer_step, rng, kept_items, judge, too_common, check,
+                                       question_context)
             report.count(kind, outcome)
             if item is not None:
                 kept[kind].append(item)
@@ -308,7 +318,7 @@ def candidate_budget(needed: int, checked: bool) -> int:
 
 def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: random.Random, kept: list[EvalItem], judge: bool,
                too_common: Callable[[str], bool], check: Callable[[str, str, Document], tuple[float | None, str | None]] | None = None,
-               ) -> tuple[EvalItem | None, str]:
+               question_context: str = "sentence") -> tuple[EvalItem | None, str]:
     text = chunk.content or ""
     sentences = [text[a:b] for a, b in sentence_spans(text, min_chars=40) if not (text[a:b].lstrip().startswith("#") or TOC_ENTRY.search(text[a:b]))]
     options = [(s, span, t) for s in sentences for span, t in answer_spans(s)]
@@ -321,7 +331,8 @@ def _candidate(chunk: Document, kind: str, generator: Any, answer_step, rng: ran
     if not (options := [option for option in options if normalize_answer(option[1]) not in asked]):
         return None, "answer_already_asked"
     sentence, answer, answer_kind = rng.choice(options)
-    question, why = write_question(generator, sentence, answer, answer_kind, paraphrase=kind == "paraphrase")
+    question, why = write_question(generator, sentence, answer, answer_kind, paraphrase=kind == "paraphrase",
+                                   passage=text if question_context == "passage" else None)
     if question is None:
         return None, why
     if set(normalize_answer(answer).split()) <= set(normalize_answer(question).split()):

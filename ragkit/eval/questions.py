@@ -153,22 +153,31 @@ def question_banned_words(sentence: str, answer: str, paraphrase: bool, starts: 
     return sorted(w for w in banned if w.lower() not in opening)
 
 
-def question_messages(sentence: str, answer: str, paraphrase: bool) -> list[ChatMessage]:
-    instruction = (f"Sentence: {sentence}\nAnswer: {answer}\n"
-                   "Write one question that this sentence answers with exactly this answer. The question must not contain the answer"
-                   + (", and must use other words than the sentence (synonyms)." if paraphrase else "."))
+def question_messages(sentence: str, answer: str, paraphrase: bool, passage: str | None = None) -> list[ChatMessage]:
+    """The writer's prompt. With ``passage`` (the chunk the sentence is from) the writer reads the whole of it and is
+    asked the question a reader of the passage would ask — naming what the sentence is about as the passage does."""
+    avoid = " The question must not contain the answer" + (", and must use other words than the sentence (synonyms)." if paraphrase else ".")
+    if passage is None:
+        instruction = f"Sentence: {sentence}\nAnswer: {answer}\nWrite one question that this sentence answers with exactly this answer." + avoid
+    else:
+        instruction = (f"Passage: {passage}\n\nSentence of the passage: {sentence}\nAnswer: {answer}\n"
+                       "Write one question that someone who read the whole passage would ask, which this sentence answers with "
+                       "exactly this answer. Name who or what it is about as the passage does." + avoid)
     return [ChatMessage.from_system(QG_SYSTEM), ChatMessage.from_user(instruction)]
 
 
-def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool) -> tuple[str | None, str | None]:
+def write_question(generator: Any, sentence: str, answer: str, kind: str, paraphrase: bool,
+                   passage: str | None = None) -> tuple[str | None, str | None]:
     """(question, None) or (None, why not). The answer's own words may not appear (a small model, told
-    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either."""
+    not to, copies them anyway); a paraphrase may not use the sentence's lower-case content words either. With
+    ``passage``, the writer reads the sentence's whole chunk (:func:`question_messages`)."""
     form = answer_form(kind, answer)
     starts = question_starts(kind, form)
     banned = question_banned_words(sentence, answer, paraphrase, starts)
-    reply = call_llm(generator, question_messages(sentence, answer, paraphrase), parse_question,
-                     question_kwargs(generator, kind, banned, form, sentence), step="testset_question")
+    letters_from = sentence if passage is None else passage  # a name the passage spells with "ü" may be asked by it
+    reply = call_llm(generator, question_messages(sentence, answer, paraphrase, passage), parse_question,
+                     question_kwargs(generator, kind, banned, form, letters_from), step="testset_question")
     if not reply.ok:
         return None, "unusable_reply"
-    fault = question_fault(reply.value, starts, sentence)
+    fault = question_fault(reply.value, starts, letters_from)
     return (None, fault) if fault else (reply.value, None)
