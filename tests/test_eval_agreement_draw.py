@@ -407,6 +407,29 @@ def test_the_writer_context_decision_follows_its_rule_from_the_committed_figures
     assert data["decision"]["default"] == "sentence"  # what ragkit.eval.generate's default says
 
 
+def test_the_rerank_weight_what_if_reorders_only_rows_the_reranker_alone_explains():
+    from haystack import Document
+
+    chunks = {f"c{i}": Document(id=f"c{i}", content=f"chunk {i}") for i in range(10)}
+    retrieved = [f"c{i}" for i in range(10)]
+
+    class Order:  # a reranker stand-in: a fixed order of the candidates it is given
+        def __init__(self, order):
+            self.order = order
+
+        def run(self, query, documents):
+            return {"documents": [documents[i] for i in self.order][:5]}
+
+    default, candidate = Order([1, 0, 2, 3, 4]), Order([0, 1, 2, 3, 4])
+    rows = [{"mrr": 0.5, "sources": ["c1", "c0", "c2", "c3", "c4"], "retrieved": retrieved, "gold_chunks": ["c0"], "question": "q"},  # explained
+            {"mrr": 1.0, "sources": ["c0", "c5", "c6", "c7", "c8"], "retrieved": retrieved, "gold_chunks": ["c0"], "question": "q"},  # a second retrieval
+            {"mrr": None, "sources": [], "retrieved": retrieved, "gold_chunks": [], "question": "q"}]  # unanswerable
+    with bench_module("rerank_weight_agreement") as bench:
+        out, counts = bench.reweighted(rows, chunks, lambda row: row["question"], default, candidate)
+    assert [row["mrr"] for row in out] == [1.0, 1.0, None] and out[0]["sources"][:2] == ["c0", "c1"]
+    assert counts == {"rows": 3, "no_retrieval_measure": 1, "reordered": 1, "kept_as_measured": 1, "mrr_changed": 1}
+
+
 def test_the_readme_summary_names_every_set_another_model_wrote():
     """The summary row carried only the 0.5B sets' figures while `ragkit testset generate` writes with the 1.5B."""
     import json
