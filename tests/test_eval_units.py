@@ -538,6 +538,55 @@ def test_a_judged_measure_is_compared_only_between_runs_judged_alike():
     assert "not compared" not in comparison_html(compare(a, b), ("plain", "grading"))
 
 
+def test_a_report_on_a_generated_set_says_it_favours_the_sentence_reranker_wherever_the_reranker_decides():
+    from rich.console import Console
+
+    from ragkit.eval.compare import GENERATED_SET_RERANK_NOTE, generated_set_note
+    from ragkit.ui.eval_terminal import report_group
+    from ragkit.ui.eval_view import aggregates_html
+
+    plain, rerank = _run("plain", [1, 0] * 10, 1.0), _run("rerank", [1, 1, 0, 0] * 5, 1.2)
+    plain["run"]["strategy"]["features"] = {"rerank": False}
+    rerank["run"]["strategy"]["features"] = {"rerank": True, "rerank_backend": "bi-encoder"}
+    assert generated_set_note([plain, rerank]) == GENERATED_SET_RERANK_NOTE
+    assert GENERATED_SET_RERANK_NOTE in markdown_report([plain, rerank])
+    console = Console(width=80, record=True, color_system=None)
+    console.print(report_group([plain, rerank]))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines) and " ".join(GENERATED_SET_RERANK_NOTE.split()) in " ".join(" ".join(lines).split())
+    assert "such sets favour the sentence-level reranker" in aggregates_html([plain, rerank])
+    # not said where the reranker does not decide, nor where the questions are the user's own or SQuAD's, nor of a cross-encoder
+    assert generated_set_note([plain, _run("grading", [1, 0] * 10, 2.0)]) is None
+    assert generated_set_note([rerank, rerank]) is None
+    for row in plain["rows"] + rerank["rows"]:
+        row["kind"] = "labelled"
+    assert generated_set_note([plain, rerank]) is None and GENERATED_SET_RERANK_NOTE not in markdown_report([plain, rerank])
+    for row in plain["rows"] + rerank["rows"]:
+        row["kind"] = "paraphrase"
+    rerank["run"]["strategy"]["features"]["rerank_backend"] = "cross-encoder"
+    assert generated_set_note([plain, rerank]) is None
+
+
+def test_the_generated_set_note_says_what_the_committed_measurements_say():
+    import json
+    from pathlib import Path
+
+    from ragkit.eval.compare import GENERATED_SET_RERANK_NOTE
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    agreement = json.loads((results / "eval_agreement.json").read_text())["sets"]
+    generated = [(name, e["per_strategy"]["generated"]) for name, e in agreement.items() if name in ("squad_dev", "new_wiki")]
+    generated += [(name, other["per_strategy"]["generated"]) for name, e in agreement.items() if name in ("squad_dev", "new_wiki")
+                  for by_real in e.get("by_writer", {}).values() for other in list(by_real.values())[:1]]
+    above = sum(per["rerank"]["mrr"] > per["plain"]["mrr"] for _, per in generated)
+    assert (len(generated), above) == (4, 3) and "three of four generated sets ranked rerank above plain" in GENERATED_SET_RERANK_NOTE
+    people = json.loads((results / "rerank_questions.json").read_text())["sets"]
+    for name in ("squad_dev", "new_wiki"):
+        part = people[name]["agreement_paragraphs"]
+        assert part["rerank"]["mrr@5"]["change"] < 0 and part["rerank"]["mrr@5"]["interval95"][1] < 0
+        assert f"{part['rerank']['mrr@5']['change']:.3f}" in GENERATED_SET_RERANK_NOTE and f"{part['questions']:,}" in GENERATED_SET_RERANK_NOTE
+
+
 def _rich_run(name, correct, seconds, judge="m (correct task)"):
     run = _run(name, correct, seconds)
     for i, row in enumerate(run["rows"]):

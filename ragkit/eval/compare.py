@@ -163,9 +163,37 @@ JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores
                       "but are not probabilities of being right.")
 
 
+# What ragkit.eval.generate writes; a user's labelled questions are "labelled", SQuAD's "squad".
+GENERATED_KINDS = frozenset({"single", "paraphrase", "multi", "unanswerable"})
+# Measured (docs/evaluation.md): bench/results/eval_agreement.json's four generated sets and bench/results/rerank_questions.json
+# (every question of the 300 paragraphs those sets were written from); a test holds these figures to the JSON.
+GENERATED_SET_RERANK_NOTE = (
+    "This test set was written by an LLM from single sentences, and such sets favour the sentence-level reranker: on SQuAD dev "
+    "and new_wiki, three of four generated sets ranked rerank above plain retrieval, while people's questions about the same "
+    "paragraphs ranked it below (MRR@5 -0.028 and -0.012 over 1,564 and 1,566 questions). Check its verdict on a few questions "
+    "of your own (ragkit agreement; docs/evaluation.md).")
+
+
 def judged_scores_note(runs: list[dict[str, Any]]) -> str | None:
     """The sentence a report says under the runs' measures when a judge scored them (a mean of 0.4 reads as "wrong" otherwise)."""
     return JUDGED_SCORES_NOTE if any(measure_cell(r["aggregates"], m) for r in runs for m in JUDGE) else None
+
+
+def generated_set_note(runs: list[dict[str, Any]]) -> str | None:
+    """The caveat a report gives when a generated test set is what decides between the embedded reranker on and off: the
+    one verdict such sets measurably get wrong. None for a set of the user's own or SQuAD's questions."""
+    def bi_encoder_rerank(run: dict[str, Any]) -> bool:
+        features = ((run.get("run") or {}).get("strategy") or {}).get("features") or {}
+        return bool(features.get("rerank")) and features.get("rerank_backend", "bi-encoder") == "bi-encoder"
+
+    kinds = {row.get("kind") for run in runs for row in run.get("rows", [])}
+    compared = {bi_encoder_rerank(run) for run in runs}
+    return GENERATED_SET_RERANK_NOTE if compared == {True, False} and kinds and kinds <= GENERATED_KINDS else None
+
+
+def report_notes(runs: list[dict[str, Any]]) -> list[str]:
+    """Every sentence a report says under the runs' measures, in the order it says them."""
+    return [note for note in (judged_scores_note(runs), generated_set_note(runs)) if note]
 
 
 def not_compared_note(result: dict[str, Any]) -> str | None:
@@ -187,7 +215,7 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
         latency = agg.get("latency_s") or {}
         lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {cell_text(latency.get('p50'))} | {cell_text(latency.get('p95'))} | "
                      f"{cell_text((agg.get('llm_calls') or {}).get('mean'))} |")
-    if note := judged_scores_note(runs):
+    for note in report_notes(runs):
         lines += ["", note]
     front = pareto_front(runs, quality)
     lines += ["", f"Pareto front ({quality} vs p50 latency): {', '.join(front) or '–'}."]

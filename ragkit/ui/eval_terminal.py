@@ -29,7 +29,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ragkit.eval.compare import (aggregate_rows, cell_text, compare, comparison_rows, flipped_text, judged_scores_note, measure_cell,
+from ragkit.eval.compare import (aggregate_rows, cell_text, compare, comparison_rows, flipped_text, measure_cell, report_notes,
                                  not_compared_note, pareto_front, run_names)
 from ragkit.ui.text_safety import visible
 
@@ -68,16 +68,15 @@ def comparison_table(result: dict[str, Any], names: tuple[str, str]) -> Table:
     return table
 
 
-def _judged_note(runs: list[dict[str, Any]]) -> list[Text]:
-    note = judged_scores_note(runs)
-    return [Text(note, style="dim")] if note else []
+def _report_notes(runs: list[dict[str, Any]]) -> list[Text]:
+    return [Text(note, style="dim") for note in report_notes(runs)]
 
 
 def run_summary(run: dict[str, Any], where: str) -> Group:
     """What ``ragkit eval`` prints when a run is done: where it is, then its measures a row each (on one
     line they wrapped over four at 80 columns, a number parted from its measure)."""
     return Group(Text.assemble((visible(where), "bold"), f": {run['aggregates']['rows']} rows"),
-                 aggregates_table([run], title=""), *_judged_note([run]))
+                 aggregates_table([run], title=""), *_report_notes([run]))
 
 
 def report_group(runs: list[dict[str, Any]], quality: str = "correct") -> Group:
@@ -89,7 +88,7 @@ def report_group(runs: list[dict[str, Any]], quality: str = "correct") -> Group:
         Text(f"test set {visible(testset['path'])} (sha256 {testset['sha256'][:12]}); model {runs[0]['run']['model']}"),
         Text(""),
         aggregates_table(runs),
-        *_judged_note(runs),
+        *_report_notes(runs),
         Text(f"Pareto front ({quality} vs p50 latency): {', '.join(pareto_front(runs, quality)) or '–'}"),
     ]
     for name, run in zip(names[1:], runs[1:]):

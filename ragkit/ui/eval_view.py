@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.eval.agreement import tau_text, writer_size
-from ragkit.eval.compare import (aggregate_rows, compare, comparison_rows, judged_scores_note, label, not_compared_note, pareto_front,
+from ragkit.eval.compare import (aggregate_rows, compare, comparison_rows, label, not_compared_note, pareto_front, report_notes,
                                  quality_and_latency, run_names)
 from ragkit.ui import plots
 from ragkit.ui.html import table_html
@@ -49,9 +49,8 @@ NOTE_STYLE = "font-size:0.85em;color:#666;margin-top:4px"
 def aggregates_html(runs: list[dict[str, Any]]) -> str:
     """Each run's aggregates, a measure a row and a run a column: ten measures side by side would run
     past the notebook at laptop width, while runs compared are few."""
-    note = judged_scores_note(runs)  # as ragkit report says it
-    note = f"<div style='{NOTE_STYLE}'>{html_text(note)}</div>" if note else ""
-    return table_html(aggregate_rows(runs, MEASURES)) + note
+    notes = "".join(f"<div style='{NOTE_STYLE}'>{html_text(note)}</div>" for note in report_notes(runs))  # as ragkit report says them
+    return table_html(aggregate_rows(runs, MEASURES)) + notes
 
 
 def comparison_html(result: dict[str, Any], names: tuple[str, str]) -> str:
