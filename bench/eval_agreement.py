@@ -43,6 +43,10 @@ and its report and stops:
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --generate-only
     .venv/bin/python bench/eval_agreement.py --set new_wiki --paragraphs 300 --generated 120 --real 240 --writer-model qwen2.5-coder-1.5b
 
+A generated set of another size than the committed 120 items (``--generated 240``) is its own file
+(``{set}.generated{.model}.240.jsonl``) and its figures its writer's ``by_writer`` section under ``real{N}-generated240``,
+beside the committed ones and never over them; its real questions' runs are the same shared folders.
+
 ``--question-context passage`` has the writer read each sentence's whole paragraph (``bench/writer_context.py``): its
 set is filed as another writer's, ``{model}-passage`` (``ragkit.eval.agreement.writer_label``), beside the others.
 
@@ -109,6 +113,7 @@ SEED = 29
 
 BOOTSTRAP = 1000
 FIRST_REAL_DRAW = 120  # the real set of the first committed runs; a larger --real keeps it and adds to it
+FIRST_GENERATED = 120  # the generated items every committed set asked for; a set of another size is filed beside them
 # The committed sets were written by the model the strategies answer with. `ragkit testset generate` writes with the
 # pipeline's default LLM, the 1.5B, and a person's labels find its items valid far more often (bench/writer_model.py),
 # so a set it writes is filed under its name, beside the first, never over it.
@@ -131,29 +136,40 @@ def writer_suffix(writer: str) -> str:
 
 
 def run_folder(set_name: str, generated: int, real: int, writer: str, which: str, strategy: str) -> Path:
-    """A strategy's run on one of the two sets: the real questions' runs are shared by every writer's set."""
+    """A strategy's run on one of the two sets: the real questions' runs are shared by every writer's set, of any size."""
     tail = "" if which == "real" or writer == FIRST_WRITER else f"-{writer}"
-    return CACHE / "eval_agreement" / f"{set_name}-{generated}-{real}{tail}" / f"{which}-{strategy}"
+    return CACHE / "eval_agreement" / f"{set_name}-{FIRST_GENERATED if which == 'real' else generated}-{real}{tail}" / f"{which}-{strategy}"
 
 
-def writer_section(data: dict, set_name: str, writer: str, real: int) -> dict | None:
-    """The stored figures of ``writer``'s generated set against ``real`` real questions: the set's entry (or its
-    ``larger_real``) when the first committed set was written by that model, else its ``by_writer`` section."""
+def section_key(real: int, generated: int) -> str:
+    """Where a ``by_writer`` figure is filed: by its real set's size, and its generated set's where that is not the first's."""
+    return f"real{real}" + ("" if generated == FIRST_GENERATED else f"-generated{generated}")
+
+
+def generated_suffix(generated: int) -> str:
+    """A generated set of another size than the committed ones is its own file: it never replaces theirs."""
+    return "" if generated == FIRST_GENERATED else f".{generated}"
+
+
+def writer_section(data: dict, set_name: str, writer: str, real: int, generated: int = FIRST_GENERATED) -> dict | None:
+    """The stored figures of ``writer``'s set of ``generated`` items against ``real`` real questions: the set's entry (or
+    its ``larger_real``) when the first committed set is that one, else its ``by_writer`` section."""
     entry = data["sets"].get(set_name)
     if entry is None:
         return None
-    if entry_writer(entry) == writer:
+    if entry_writer(entry) == writer and entry["generated"]["requested"] == generated:
         return entry.get("larger_real") if real > FIRST_REAL_DRAW else entry
-    return entry.get("by_writer", {}).get(writer, {}).get(f"real{real}")
+    return entry.get("by_writer", {}).get(writer, {}).get(section_key(real, generated))
 
 
 def file_entry(data: dict, set_name: str, entry: dict) -> None:
     """Where a run's figures go: the set's entry (a larger real set's beside it, as ``larger_real``), or — for a set
-    another model wrote from the same paragraphs — its ``by_writer`` section, under its real set's size."""
+    another model wrote from the same paragraphs, or one of another size — its ``by_writer`` section, under its real
+    set's size (and its own, :func:`section_key`)."""
     first = data["sets"].get(set_name)
-    writer = entry_writer(entry)
-    if first is not None and entry_writer(first) != writer:
-        first.setdefault("by_writer", {}).setdefault(writer, {})[f"real{entry['real_questions']}"] = entry
+    writer, generated = entry_writer(entry), entry["generated"]["requested"]
+    if first is not None and (entry_writer(first) != writer or first["generated"]["requested"] != generated):
+        first.setdefault("by_writer", {}).setdefault(writer, {})[section_key(entry["real_questions"], generated)] = entry
     elif entry["real_questions"] > FIRST_REAL_DRAW:  # beside the 120-question entry, whose judge AUC it keeps
         before = first.get("larger_real")
         first["larger_real"] = {key: entry[key] for key in (
@@ -269,13 +285,13 @@ def rescore_judge(set_spec: str, real: int) -> int:
     return 0
 
 
-def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER) -> int:
+def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER, generated: int = FIRST_GENERATED) -> int:
     """The figures again from the finished runs' rows (zero LLM calls): for a figure added after the runs."""
     data, set_name = json.loads(OUT.read_text()), squad_set_name(set_spec)
-    entry, stored = data["sets"][set_name], writer_section(data, set_name, writer, real)
+    entry, stored = data["sets"][set_name], writer_section(data, set_name, writer, real, generated)
     if stored is None:
-        raise SystemExit(f"no stored run of {set_name} with a set written by {writer} and {real} real questions")
-    first_writer = entry_writer(entry) == writer
+        raise SystemExit(f"no stored run of {set_name} with a set of {generated} written by {writer} and {real} real questions")
+    first_writer = entry_writer(entry) == writer and entry["generated"]["requested"] == generated
     larger = real > FIRST_REAL_DRAW and first_writer  # the figures filed beside the first entry's (no judge AUC)
     entry = entry if first_writer else stored
     folder = run_folder(set_name, entry["generated"]["requested"], stored["real_questions"], writer, "generated", "").parent
@@ -288,8 +304,11 @@ def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER) -> int:
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
     unstored = {"agreements", "judge_auc", "judge_n"} if larger else {"agreements"}  # the larger set is not judged
     stored.update({k: v for k, v in figures.items() if k not in unstored})
-    stored["rescore_command"] = (f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if larger else ''}"
-                                 f"{'' if writer == FIRST_WRITER else f' --writer-model {writer}'} --rescore")
+    model, context = (writer.removesuffix("-passage"), "passage") if writer.endswith("-passage") else (writer, "sentence")
+    stored["rescore_command"] = (f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if real != FIRST_REAL_DRAW else ''}"
+                                 f"{'' if generated == FIRST_GENERATED else f' --generated {generated}'}"
+                                 f"{'' if model == FIRST_WRITER else f' --writer-model {model}'}"
+                                 f"{'' if context == 'sentence' else f' --question-context {context}'} --rescore")
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({k: stored.get(k) for k in ("kendall_tau", "split_half_tau", "judge_auc")}, indent=1))
     return 0
@@ -326,7 +345,7 @@ def main() -> int:
         args.writer_model = stored.get("writer_model", FIRST_WRITER) if args.rescore else DEFAULT_LLM
     args.writer = writer_label(args.writer_model, args.question_context)  # what its set, runs and figures are filed under
     if args.rescore:
-        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real, args.writer)
+        return rescore_judge(args.spec, args.real) if args.judge_only else rescore(args.spec, args.real, args.writer, args.generated)
     started = time.perf_counter()
     strategies = [resolve(name) for name in args.strategies.split(",")]
 
@@ -348,8 +367,8 @@ def main() -> int:
     cache = LLMCache(CACHE / "eval_agreement" / "llm_cache.sqlite")
 
     SETS_DIR.mkdir(parents=True, exist_ok=True)
-    generated_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer)}.jsonl"
-    report_path = SETS_DIR / f"{args.set}.generated{writer_suffix(args.writer)}.report.json"
+    filed_as = f"{args.set}.generated{writer_suffix(args.writer)}{generated_suffix(args.generated)}"
+    generated_path, report_path = SETS_DIR / f"{filed_as}.jsonl", SETS_DIR / f"{filed_as}.report.json"
     stale = not generated_path.exists() or json.loads(report_path.read_text())["requested"] != args.generated
     if stale and not args.judge_only:  # the judge-only run reads no generated item
         with llm_cache(cache):

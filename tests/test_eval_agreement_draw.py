@@ -393,6 +393,31 @@ def test_a_question_reaches_beyond_its_best_sentence_only_with_words_another_sen
         assert reach.reach_share([]) == {"n": 0, "reaching": 0, "share": None}
 
 
+def test_a_generated_set_of_another_size_is_filed_beside_the_committed_ones_never_over_them(agreement):
+    # `--generated 240` used to rewrite {set}.generated.{model}.jsonl and the by_writer figures of the 120-item set
+    import json
+
+    first, writer = agreement.FIRST_WRITER, "qwen2.5-coder-1.5b"
+    assert agreement.generated_suffix(120) == "" and agreement.generated_suffix(240) == ".240"
+    assert agreement.run_folder("new_wiki", 240, 240, writer, "generated", "plain").parent.name == "new_wiki-240-240-qwen2.5-coder-1.5b"
+    assert agreement.run_folder("new_wiki", 240, 240, writer, "real", "plain") == agreement.run_folder("new_wiki", 120, 240, first, "real", "plain")
+    data = json.loads((ROOT / "bench" / "results" / "eval_agreement.json").read_text())
+    before = json.loads(json.dumps(data["sets"]["new_wiki"]))
+    for model in (first, writer):  # the first writer's larger set too: not over its entry, not as its larger_real
+        entry = {**{k: v for k, v in before.items() if k not in ("by_writer", "larger_real", "larger_judge")}, "writer_model": model,
+                 "generated": {**before["generated"], "requested": 240}, "real_questions": 240, "kendall_tau": {"retrieval": 0.9, "answer": 0.8}}
+        agreement.file_entry(data, "new_wiki", entry)
+        assert agreement.writer_section(data, "new_wiki", model, 240, 240)["kendall_tau"] == {"retrieval": 0.9, "answer": 0.8}
+    stored = data["sets"]["new_wiki"]
+    assert {k: v for k, v in stored.items() if k != "by_writer"} == {k: v for k, v in before.items() if k != "by_writer"}
+    assert stored["by_writer"][writer]["real240"] == before["by_writer"][writer]["real240"]  # the 120-item set's figures stay
+    assert set(stored["by_writer"][writer]) == {"real240", "real240-generated240"} and set(stored["by_writer"][first]) == {"real240-generated240"}
+    assert agreement.writer_section(data, "new_wiki", writer, 240) == before["by_writer"][writer]["real240"]
+    with bench_module("tables") as tables:
+        table = tables.agreement_table(data)
+        assert "new_wiki, written by the 1.5B (240 items), 240 real questions" in table and "new_wiki, written by the 1.5B, 240 real questions" in table
+
+
 def test_the_writer_context_decision_follows_its_rule_from_the_committed_figures():
     import json
 
