@@ -91,7 +91,7 @@ from squad_common import CACHE, ROOT, run_facts
 from tqdm import tqdm
 
 from ragkit.config import DEFAULT_LLM, ModelConfig, RagConfig
-from ragkit.eval.agreement import agreement as shared_agreement, split_half, writer_label
+from ragkit.eval.agreement import agreement as shared_agreement, split_half, writer_label, writer_parts
 from ragkit.eval.calibration import roc_auc
 from ragkit.eval.experiment_sets import index_documents, load_squad_corpus
 from ragkit.eval.generate import QUESTION_CONTEXTS, generate_testset
@@ -304,7 +304,7 @@ def rescore(set_spec: str, real: int, writer: str = FIRST_WRITER, generated: int
         raise SystemExit(f"the rows in {folder} do not give the stored figures: {changed}")
     unstored = {"agreements", "judge_auc", "judge_n"} if larger else {"agreements"}  # the larger set is not judged
     stored.update({k: v for k, v in figures.items() if k not in unstored})
-    model, context = (writer.removesuffix("-passage"), "passage") if writer.endswith("-passage") else (writer, "sentence")
+    model, context = writer_parts(writer)
     stored["rescore_command"] = (f"python bench/eval_agreement.py --set {set_spec}{f' --real {real}' if real != FIRST_REAL_DRAW else ''}"
                                  f"{'' if generated == FIRST_GENERATED else f' --generated {generated}'}"
                                  f"{'' if model == FIRST_WRITER else f' --writer-model {model}'}"

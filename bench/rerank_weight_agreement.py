@@ -49,7 +49,7 @@ RESULT = REPO / "bench" / "results" / "rerank_weight_agreement.json"
 COMMAND = ".venv/bin/python bench/rerank_weight_agreement.py"
 
 
-def reweighted(rows: list[dict], chunks: dict, query_of, default: Reranker, candidate: Reranker) -> tuple[list[dict], dict]:
+def reweighted(rows: list[dict], chunks: dict, default: Reranker, candidate: Reranker) -> tuple[list[dict], dict]:
     """The rows with ``mrr`` as the candidate weight would give it where the default reranker alone explains the sources."""
     out, counts = [], {"rows": len(rows), "no_retrieval_measure": 0, "reordered": 0, "kept_as_measured": 0, "mrr_changed": 0}
     for row in rows:
@@ -62,7 +62,7 @@ def reweighted(rows: list[dict], chunks: dict, query_of, default: Reranker, cand
             out.append(row)
             counts["kept_as_measured"] += 1
             continue
-        query = query_of(row)
+        query = row["question"]  # the reranker's query in both strategies
         if [d.id for d in default.run(query=query, documents=candidates)["documents"]] != row["sources"]:
             out.append(row)
             counts["kept_as_measured"] += 1
@@ -79,18 +79,16 @@ def measure_set(name: str, stored_sets: dict) -> dict:
     docs, _ = sampled_paragraphs(name, 300)
     index = index_documents(docs, CACHE / f"{name}_index_all-MiniLM-L6-v2")
     default, candidate = Reranker(backend="bi-encoder", top_k=TOP_K), Reranker(backend="bi-encoder", top_k=TOP_K, retrieval_weight=CANDIDATE_WEIGHT)
-    questions = {}
     real = {s: load_run(run_folder(name, 120, REAL, FIRST_WRITER, "real", s))["rows"] for s in STRATEGIES}
-    query_of = lambda row: row["question"]  # noqa: E731
     real_after, real_counts = dict(real), {}
     for s in RERANKED:
-        real_after[s], real_counts[s] = reweighted(tqdm(real[s], desc=f"{name} real {s}", file=sys.stderr), index.chunks, query_of, default, candidate)
-    figures = {}
+        real_after[s], real_counts[s] = reweighted(tqdm(real[s], desc=f"{name} real {s}", file=sys.stderr), index.chunks, default, candidate)
+    figures: dict = {"real_rows": real_counts}
     for writer in WRITERS:
         generated = {s: load_run(run_folder(name, 120, REAL, writer, "generated", s))["rows"] for s in STRATEGIES}
         after, counts = dict(generated), {}
         for s in RERANKED:
-            after[s], counts[s] = reweighted(tqdm(generated[s], desc=f"{name} {writer} {s}", file=sys.stderr), index.chunks, query_of, default, candidate)
+            after[s], counts[s] = reweighted(tqdm(generated[s], desc=f"{name} {writer} {s}", file=sys.stderr), index.chunks, default, candidate)
         keep = lambda r: r["kind"] != "unanswerable"  # noqa: E731 — as bench/eval_agreement.py's retrieval τ
         measured, what_if = agreement(generated, real, "mrr", keep), agreement(after, real_after, "mrr", keep)
         figures[writer] = {
@@ -100,8 +98,7 @@ def measure_set(name: str, stored_sets: dict) -> dict:
             "mrr": {s: {"generated": [measured["generated"][s], what_if["generated"][s]], "real": [measured["real"][s], what_if["real"][s]]} for s in ("plain", *RERANKED)},
             "generated_rows": counts,
         }
-    questions["real_rows"] = real_counts
-    return {**figures, **questions}
+    return figures
 
 
 def stored_tau(entry: dict, writer: str) -> float | None:

@@ -450,7 +450,7 @@ def test_the_rerank_weight_what_if_reorders_only_rows_the_reranker_alone_explain
             {"mrr": 1.0, "sources": ["c0", "c5", "c6", "c7", "c8"], "retrieved": retrieved, "gold_chunks": ["c0"], "question": "q"},  # a second retrieval
             {"mrr": None, "sources": [], "retrieved": retrieved, "gold_chunks": [], "question": "q"}]  # unanswerable
     with bench_module("rerank_weight_agreement") as bench:
-        out, counts = bench.reweighted(rows, chunks, lambda row: row["question"], default, candidate)
+        out, counts = bench.reweighted(rows, chunks, default, candidate)
     assert [row["mrr"] for row in out] == [1.0, 1.0, None] and out[0]["sources"][:2] == ["c0", "c1"]
     assert counts == {"rows": 3, "no_retrieval_measure": 1, "reordered": 1, "kept_as_measured": 1, "mrr_changed": 1}
 

@@ -80,10 +80,15 @@ def writer_label(model: str, question_context: str = "sentence") -> str:
     return model if question_context == "sentence" else f"{model}-{question_context}"
 
 
+def writer_parts(writer: str) -> tuple[str, str]:
+    """(model, question_context) of a :func:`writer_label`."""
+    return (writer.removesuffix("-passage"), "passage") if writer.endswith("-passage") else (writer, "sentence")
+
+
 def writer_size(writer: str) -> str:
     """A writer as the tables name it: "qwen2.5-coder-1.5b" -> "1.5B", "qwen2.5-coder-1.5b-passage" -> "1.5B reading whole passages"."""
-    model = writer.removesuffix("-passage")
-    return model.split("-")[-1].upper() + (" reading whole passages" if model != writer else "")
+    model, context = writer_parts(writer)
+    return model.split("-")[-1].upper() + (" reading whole passages" if context == "passage" else "")
 
 
 def tau_text(value: float) -> str:

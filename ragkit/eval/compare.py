@@ -30,6 +30,7 @@ from scipy.stats import binomtest
 
 from ragkit.eval.scoring import JUDGE
 from ragkit.eval.strategies import run_label
+from ragkit.eval.testset import GENERATED_KINDS
 
 MEASURES = ("recall@k", "mrr", "ndcg", "em", "f1", "semantic_similarity", "correct", "faithfulness", "context_relevance",
             "correct_decline", "false_decline", "seconds", "llm_calls")
@@ -163,8 +164,6 @@ JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores
                       "but are not probabilities of being right.")
 
 
-# What ragkit.eval.generate writes; a user's labelled questions are "labelled", SQuAD's "squad".
-GENERATED_KINDS = frozenset({"single", "paraphrase", "multi", "unanswerable"})
 # Measured (docs/evaluation.md): bench/results/eval_agreement.json's four generated sets and bench/results/rerank_questions.json
 # (every question of the 300 paragraphs those sets were written from); a test holds these figures to the JSON.
 GENERATED_SET_RERANK_NOTE = (
@@ -188,7 +187,7 @@ def generated_set_note(runs: list[dict[str, Any]]) -> str | None:
 
     kinds = {row.get("kind") for run in runs for row in run.get("rows", [])}
     compared = {bi_encoder_rerank(run) for run in runs}
-    return GENERATED_SET_RERANK_NOTE if compared == {True, False} and kinds and kinds <= GENERATED_KINDS else None
+    return GENERATED_SET_RERANK_NOTE if compared == {True, False} and kinds and kinds <= set(GENERATED_KINDS) else None
 
 
 def report_notes(runs: list[dict[str, Any]]) -> list[str]:

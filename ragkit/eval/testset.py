@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("single", "paraphrase", "multi", "unanswerable", "labelled", "squad")
+GENERATED_KINDS = ("single", "paraphrase", "multi", "unanswerable")  # what ragkit.eval.generate writes
+KINDS = GENERATED_KINDS + ("labelled", "squad")  # a user's own questions, SQuAD's
 
 
 @dataclass
