@@ -168,7 +168,7 @@ JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores
 # (every question of the 300 paragraphs those sets were written from); a test holds these figures to the JSON.
 GENERATED_SET_RERANK_NOTE = (
     "This test set was written by an LLM from single sentences, and such sets favour the sentence-level reranker: on SQuAD dev "
-    "and new_wiki, three of four generated sets ranked rerank above plain retrieval, while people's questions about the same "
+    "and new_wiki, four of six generated sets ranked rerank above plain retrieval, while people's questions about the same "
     "paragraphs ranked it below (MRR@5 -0.028 and -0.012 over 1,564 and 1,566 questions). Check its verdict on a few questions "
     "of your own (ragkit agreement; docs/evaluation.md).")
 
