@@ -164,7 +164,7 @@ JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores
                       "but are not probabilities of being right.")
 
 
-# Measured (docs/evaluation.md): bench/results/eval_agreement.json's four generated sets and bench/results/rerank_questions.json
+# Measured (docs/evaluation.md): bench/results/eval_agreement.json's six generated sets and bench/results/rerank_questions.json
 # (every question of the 300 paragraphs those sets were written from); a test holds these figures to the JSON.
 GENERATED_SET_RERANK_NOTE = (
     "This test set was written by an LLM from single sentences, and such sets favour the sentence-level reranker: on SQuAD dev "
