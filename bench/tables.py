@@ -83,6 +83,17 @@ def rerank_questions_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def rerank_windows_table(d: dict) -> str:
+    """bench/rerank_windows.py: the reranker scoring windows of sentences, on its one choosing set."""
+    lines = [f"| reranker ({d['questions']:,} questions of {d['set']}'s other paragraphs; plain MRR@5 {d['plain']['mrr@5']:.3f}) "
+             "| MRR@5 change [95%] | R@1 change [95%] | R@5 change [95%] | MRR worse / better |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, f in d["variants"].items():
+        cells = " | ".join(f"{f[m]['change']:+.3f} [{f[m]['interval95'][0]:+.3f}, {f[m]['interval95'][1]:+.3f}]" for m in ("mrr@5", "r@1", "r@5"))
+        lines.append(f"| {name}{' (today: the default)' if name.startswith('best 1-') and name.endswith(' 1') else ''} | {cells} | {f['worse']} / {f['better']} |")
+    return "\n".join(lines)
+
+
 def one_engine_table(new: dict, old: dict) -> str:
     """The one-engine rerun (bench/results/agentic_squad_one_engine.json) beside the hand-rolled engine's committed rows."""
     lines = ["| config | engine | questions | EM | F1 | declined | LLM calls/q | p50 s | full / plain p50 | overhead ms p50 / p95 |", "|" + " --- |" * 10]
@@ -805,7 +816,7 @@ def tables() -> dict[str, str]:
     retrieval = RESULTS / "retrieval_squad.md"
     if retrieval.exists():  # the table of bench/retrieval_squad.py's own report
         out["retrieval_squad.json"] = next(block for block in retrieval.read_text().split("\n\n") if block.startswith("|"))
-    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("rerank_questions.json", rerank_questions_table), ("routing.json", routing_table),
+    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("rerank_questions.json", rerank_questions_table), ("rerank_windows.json", rerank_windows_table), ("routing.json", routing_table),
                      ("injection.json", injection_table), ("reliability.json", reliability_table)):
         data = load(name)
         if data:
