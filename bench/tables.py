@@ -94,6 +94,22 @@ def rerank_windows_table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def rerank_by_kind_table(d: dict) -> str:
+    """bench/rerank_by_kind.py: rerank's MRR minus plain's per kind of generated item, beside people's questions."""
+    kinds = ("all", "single", "paraphrase", "multi")
+    lines = ["| set | questions | " + " | ".join(f"{kind}: change [95%] (n)" for kind in kinds) + " |", "|" + " --- |" * (2 + len(kinds))]
+
+    def cell(f: dict | None) -> str:
+        return f"{f['change']:+.3f} [{f['interval95'][0]:+.3f}, {f['interval95'][1]:+.3f}] ({f['items']})" if f and f.get("items") else ""
+
+    for name, entry in d["sets"].items():
+        for source, figures in entry.items():
+            shown = f"people's {d['real_questions']}" if source == "people" else f"{source.split()[1]} by the {source.split()[0].replace('qwen2.5-coder-', '')}"
+            parts = {"all": figures} if source == "people" else figures
+            lines.append(f"| {name} | {shown} | " + " | ".join(cell(parts.get(kind)) for kind in kinds) + " |")
+    return "\n".join(lines)
+
+
 def one_engine_table(new: dict, old: dict) -> str:
     """The one-engine rerun (bench/results/agentic_squad_one_engine.json) beside the hand-rolled engine's committed rows."""
     lines = ["| config | engine | questions | EM | F1 | declined | LLM calls/q | p50 s | full / plain p50 | overhead ms p50 / p95 |", "|" + " --- |" * 10]
@@ -816,7 +832,7 @@ def tables() -> dict[str, str]:
     retrieval = RESULTS / "retrieval_squad.md"
     if retrieval.exists():  # the table of bench/retrieval_squad.py's own report
         out["retrieval_squad.json"] = next(block for block in retrieval.read_text().split("\n\n") if block.startswith("|"))
-    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("rerank_questions.json", rerank_questions_table), ("rerank_windows.json", rerank_windows_table), ("routing.json", routing_table),
+    for name, fn in (("judge_squad.json", judge_table), ("rerank_squad.json", rerank_table), ("rerank_questions.json", rerank_questions_table), ("rerank_windows.json", rerank_windows_table), ("rerank_by_kind.json", rerank_by_kind_table), ("routing.json", routing_table),
                      ("injection.json", injection_table), ("reliability.json", reliability_table)):
         data = load(name)
         if data:

@@ -587,6 +587,29 @@ def test_the_generated_set_note_says_what_the_committed_measurements_say():
         assert f"{part['rerank']['mrr@5']['change']:.3f}" in GENERATED_SET_RERANK_NOTE and f"{part['questions']:,}" in GENERATED_SET_RERANK_NOTE
 
 
+def test_the_per_kind_reranker_figures_match_the_agreement_runs_they_were_read_from():
+    """bench/rerank_by_kind.py reads the runs bench/eval_agreement.py summarised: each set's change over all its items
+    must have the sign of that set's committed rerank-minus-plain MRR, and its kinds must add up to its items."""
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    by_kind = json.loads((results / "rerank_by_kind.json").read_text())
+    agreement = json.loads((results / "eval_agreement.json").read_text())["sets"]
+    assert not by_kind["missing"]
+    for name, entry in by_kind["sets"].items():
+        committed = {"qwen2.5-coder-0.5b 120": agreement[name]["per_strategy"]["generated"],
+                     "qwen2.5-coder-1.5b 120": agreement[name]["by_writer"]["qwen2.5-coder-1.5b"]["real240"]["per_strategy"]["generated"],
+                     "qwen2.5-coder-1.5b 240": agreement[name]["by_writer"]["qwen2.5-coder-1.5b"]["real240-generated240"]["per_strategy"]["generated"]}
+        real = agreement[name]["by_writer"]["qwen2.5-coder-1.5b"]["real240"]["per_strategy"]["real"]
+        assert entry["people"]["items"] == 240 and abs(entry["people"]["change"] - (real["rerank"]["mrr"] - real["plain"]["mrr"])) < 1e-3
+        for source, per in committed.items():
+            figures = entry[source]
+            assert (figures["all"]["change"] > 0) == (per["rerank"]["mrr"] > per["plain"]["mrr"]), (name, source)
+            assert sum(figures[k]["items"] for k in ("single", "paraphrase", "multi")) == figures["all"]["items"]
+            assert figures["paraphrase"]["change"] > 0  # docs/evaluation.md: paraphrases favour the reranker in every set
+
+
 def _rich_run(name, correct, seconds, judge="m (correct task)"):
     run = _run(name, correct, seconds)
     for i, row in enumerate(run["rows"]):
