@@ -6,8 +6,8 @@ the default means running every committed figure measured with reranking on agai
 and ``full`` among them, hours of LLM time on 2 cores. This script says first what that would do to retrieval τ,
 exactly and cheaply, because a run's retrieval measure needs no LLM once its candidates are known:
 
-for every row of the finished ``rerank`` and ``full`` runs (``bench/.cache/eval_agreement/``, real and generated, each
-writer's set), the retrieval step's 10 candidates are stored; the real :class:`~ragkit.components.reranker.Reranker`
+for every row of the finished ``rerank`` and ``full`` runs (``bench/.cache/eval_agreement/``, real and generated, every
+committed generated set: each writer's 120 items and the 1.5B's 240), the retrieval step's 10 candidates are stored; the real :class:`~ragkit.components.reranker.Reranker`
 reorders them with the default weight, and where that reproduces the row's stored sources (the five documents the
 answer was written from) the reranker alone decided them, so the same candidates reordered with weight 2 give the
 row's sources under the candidate default, and its MRR. A row the reranker alone does not explain (a HyDE passage
@@ -42,7 +42,8 @@ from ragkit.eval.experiment_sets import index_documents  # noqa: E402
 from ragkit.eval.runs import load_run  # noqa: E402
 from ragkit.eval.scoring import retrieval_scores  # noqa: E402
 
-SETS, WRITERS, REAL = ("squad_dev", "new_wiki"), (FIRST_WRITER, "qwen2.5-coder-1.5b"), 240
+SETS, REAL = ("squad_dev", "new_wiki"), 240
+GENERATED_SETS = ((FIRST_WRITER, 120), ("qwen2.5-coder-1.5b", 120), ("qwen2.5-coder-1.5b", 240))  # (writer, items): every committed one
 RERANKED = ("rerank", "full")
 CANDIDATE_WEIGHT, TOP_K = 2.0, 5
 RESULT = REPO / "bench" / "results" / "rerank_weight_agreement.json"
@@ -84,15 +85,15 @@ def measure_set(name: str, stored_sets: dict) -> dict:
     for s in RERANKED:
         real_after[s], real_counts[s] = reweighted(tqdm(real[s], desc=f"{name} real {s}", file=sys.stderr), index.chunks, default, candidate)
     figures: dict = {"real_rows": real_counts}
-    for writer in WRITERS:
-        generated = {s: load_run(run_folder(name, 120, REAL, writer, "generated", s))["rows"] for s in STRATEGIES}
+    for writer, size in GENERATED_SETS:
+        generated = {s: load_run(run_folder(name, size, REAL, writer, "generated", s))["rows"] for s in STRATEGIES}
         after, counts = dict(generated), {}
         for s in RERANKED:
-            after[s], counts[s] = reweighted(tqdm(generated[s], desc=f"{name} {writer} {s}", file=sys.stderr), index.chunks, default, candidate)
+            after[s], counts[s] = reweighted(tqdm(generated[s], desc=f"{name} {writer} {size} {s}", file=sys.stderr), index.chunks, default, candidate)
         keep = lambda r: r["kind"] != "unanswerable"  # noqa: E731 — as bench/eval_agreement.py's retrieval τ
         measured, what_if = agreement(generated, real, "mrr", keep), agreement(after, real_after, "mrr", keep)
-        figures[writer] = {
-            "stored_tau": stored_tau(stored_sets.get(name, {}), writer),
+        figures[f"{writer} {size}"] = {
+            "stored_tau": stored_tau(stored_sets.get(name, {}), writer, size),
             "measured": {"tau": measured["tau"], "interval95": measured["interval95"]},
             "retrieval_weight_2": {"tau": what_if["tau"], "interval95": what_if["interval95"]},
             "mrr": {s: {"generated": [measured["generated"][s], what_if["generated"][s]], "real": [measured["real"][s], what_if["real"][s]]} for s in ("plain", *RERANKED)},
@@ -101,12 +102,13 @@ def measure_set(name: str, stored_sets: dict) -> dict:
     return figures
 
 
-def stored_tau(entry: dict, writer: str) -> float | None:
-    """The committed retrieval τ of that writer's set against the 240 real questions (the recomputed one must equal it)."""
+def stored_tau(entry: dict, writer: str, size: int) -> float | None:
+    """The committed retrieval τ of that writer's set of ``size`` items against the 240 real questions (the recomputed
+    one must equal it)."""
     if entry.get("writer_model", FIRST_WRITER) == writer:
-        section = entry.get("larger_real")
+        section = entry.get("larger_real") if size == 120 else None
     else:
-        section = entry.get("by_writer", {}).get(writer, {}).get(f"real{REAL}")
+        section = entry.get("by_writer", {}).get(writer, {}).get(f"real{REAL}" if size == 120 else f"real{REAL}-generated{size}")
     return section["kendall_tau"]["retrieval"] if section else None
 
 
@@ -118,9 +120,9 @@ def main() -> None:
     RESULT.write_text(json.dumps(result, indent=1) + "\n")
     for name, by_writer in result["sets"].items():
         print(name, "real rows:", by_writer["real_rows"])
-        for writer in WRITERS:
-            f = by_writer[writer]
-            print(f"  {writer}: retrieval τ stored {f['stored_tau']}, recomputed {f['measured']['tau']} {f['measured']['interval95']}, "
+        for writer, size in GENERATED_SETS:
+            f = by_writer[f"{writer} {size}"]
+            print(f"  {writer} {size}: retrieval τ stored {f['stored_tau']}, recomputed {f['measured']['tau']} {f['measured']['interval95']}, "
                   f"weight 2 {f['retrieval_weight_2']['tau']} {f['retrieval_weight_2']['interval95']}; rows {f['generated_rows']}")
             for s, m in f["mrr"].items():
                 print(f"     {s}: generated {m['generated'][0]:.3f} -> {m['generated'][1]:.3f}, real {m['real'][0]:.3f} -> {m['real'][1]:.3f}")
