@@ -7,8 +7,8 @@ and ``full`` among them, hours of LLM time on 2 cores. This script says first wh
 exactly and cheaply, because a run's retrieval measure needs no LLM once its candidates are known:
 
 for every row of the finished ``rerank`` and ``full`` runs (``bench/.cache/eval_agreement/``, real and generated, every
-committed generated set: each writer's 120 items and the 1.5B's 240), the retrieval step's 10 candidates are stored; the real :class:`~ragkit.components.reranker.Reranker`
-reorders them with the default weight, and where that reproduces the row's stored sources (the five documents the
+committed generated set: each writer's 120 items and the 1.5B's 240), the retrieval step's 10 candidates are stored;
+the real :class:`~ragkit.components.reranker.Reranker` reorders them with the default weight, and where that reproduces the row's stored sources (the five documents the
 answer was written from) the reranker alone decided them, so the same candidates reordered with weight 2 give the
 row's sources under the candidate default, and its MRR. A row the reranker alone does not explain (a HyDE passage
 as query, a self-correction's second retrieval, a route without retrieval) keeps its measured MRR, counted.

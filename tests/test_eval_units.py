@@ -522,6 +522,30 @@ def test_a_comparison_says_no_significant_difference_in_words_and_lists_the_flip
     assert "| correct | 10 | 0.500 | 0.600 | +0.100 |" in report and "no significant difference" in report and "Pareto front" in report
 
 
+def test_llm_calls_are_compared_by_what_a_strategy_asks_not_by_what_the_cache_held():
+    """A run whose replies an earlier run left in the LLM cache makes no call; it asked as many (seen: `ragkit report`
+    on the agreement runs called rerank "better" on LLM calls, 0.26 against 0.94 a question, the cache's doing)."""
+    from ragkit.eval.compare import aggregate_rows
+
+    cold, warm = _run("plain", [1, 0] * 10, 1.0), _run("rerank", [1, 0] * 10, 1.0)
+    for row in cold["rows"]:
+        row.update(llm_calls=1, cache_hits=0)
+    for i, row in enumerate(warm["rows"]):
+        row.update(llm_calls=int(i < 5), cache_hits=int(i >= 5))  # 15 of its 20 replies read from the cache
+    cold["aggregates"], warm["aggregates"] = aggregate(cold["rows"]), aggregate(warm["rows"])
+    calls = compare(cold, warm)["measures"]["llm_calls"]
+    assert (calls["a"], calls["b"], calls["difference"], calls["verdict"]) == (1.0, 1.0, 0.0, "no significant difference")
+    rows = {r["measure"]: r for r in aggregate_rows([cold, warm])}
+    assert (rows["LLM calls/q"]["plain"], rows["LLM calls/q"]["rerank"]) == (1.0, 1.0)
+    assert (rows["share from LLM cache"]["plain"], rows["share from LLM cache"]["rerank"]) == (0.0, 0.75)
+    assert "| 1.000 | 0.750 |" in markdown_report([cold, warm])
+    more = _run("hyde", [1, 0] * 10, 2.0)
+    for row in more["rows"]:
+        row.update(llm_calls=0, cache_hits=2)  # twice the calls, all from the cache: still twice the calls
+    assert compare(cold, more)["measures"]["llm_calls"]["verdict"] == "B worse"
+    assert "share from LLM cache" not in {r["measure"] for r in aggregate_rows([cold])}  # no cache, no row
+
+
 def test_a_judged_measure_is_compared_only_between_runs_judged_alike():
     a, b = _run("plain", [1, 0] * 5, 1.0), _run("grading", [1, 0] * 5, 2.0)
     for run, task, value in ((a, "correct", 0.8), (b, "correct_x_likelihood", 0.3)):
@@ -593,6 +617,8 @@ def test_the_per_kind_reranker_figures_match_the_agreement_runs_they_were_read_f
     import json
     from pathlib import Path
 
+    from ragkit.eval.compare import GENERATED_SET_RERANK_NOTE
+
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
     by_kind = json.loads((results / "rerank_by_kind.json").read_text())
     agreement = json.loads((results / "eval_agreement.json").read_text())["sets"]
@@ -608,6 +634,7 @@ def test_the_per_kind_reranker_figures_match_the_agreement_runs_they_were_read_f
             assert (figures["all"]["change"] > 0) == (per["rerank"]["mrr"] > per["plain"]["mrr"]), (name, source)
             assert sum(figures[k]["items"] for k in ("single", "paraphrase", "multi")) == figures["all"]["items"]
             assert figures["paraphrase"]["change"] > 0  # docs/evaluation.md: paraphrases favour the reranker in every set
+    assert sum(len(entry) - 1 for entry in by_kind["sets"].values()) == 6 and "all six did on their paraphrase items" in GENERATED_SET_RERANK_NOTE
 
 
 def _rich_run(name, correct, seconds, judge="m (correct task)"):

@@ -56,6 +56,28 @@ def mcnemar_exact(a_right: list[bool], b_right: list[bool]) -> dict[str, Any]:
     return {"a_only": a_only, "b_only": b_only, "p_value": float(binomtest(b_only, a_only + b_only, 0.5).pvalue)}
 
 
+def row_value(row: dict[str, Any], measure: str) -> float | None:
+    """A row's value of ``measure`` as runs are compared. LLM calls count the replies the LLM cache served too, as the
+    row's seconds count the time those replies took when they were made: a strategy is compared by what it asks the
+    LLM, not by what an earlier run happened to leave in the cache (a rerun makes no call at all)."""
+    value = row.get(measure)
+    if value is None:
+        return None
+    return float(value) + float(row.get("cache_hits") or 0) if measure == "llm_calls" else float(value)
+
+
+def calls_per_question(aggregates: dict[str, Any]) -> float | None:
+    """The LLM calls a question asked, made or served by the cache (:func:`row_value`), on average."""
+    made = (aggregates.get("llm_calls") or {}).get("mean")
+    return None if made is None else round(made + ((aggregates.get("cache_hits") or {}).get("mean") or 0.0), 4)
+
+
+def cached_share(aggregates: dict[str, Any]) -> float | None:
+    """How many of those calls the LLM cache answered, as a share (None without calls)."""
+    calls = calls_per_question(aggregates)
+    return None if not calls else round(((aggregates.get("cache_hits") or {}).get("mean") or 0.0) / calls, 4)
+
+
 def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
     """Per measure: n (questions both runs measured), both means, the difference and its interval, a verdict."""
     a_rows, b_rows = {r["id"]: r for r in run_a["rows"]}, {r["id"]: r for r in run_b["rows"]}
@@ -68,8 +90,7 @@ def compare(run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
     for measure in MEASURES:
         if measure in JUDGE and "judges_differ" in out:  # read by the run's judge: compared only between runs judged alike
             continue
-        pairs = [(float(a_rows[i][measure]), float(b_rows[i][measure])) for i in common
-                 if a_rows[i].get(measure) is not None and b_rows[i].get(measure) is not None]
+        pairs = [(a, b) for i in common if (a := row_value(a_rows[i], measure)) is not None and (b := row_value(b_rows[i], measure)) is not None]
         if len(pairs) < 2:
             continue
         diff, low, high = paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs])
@@ -138,8 +159,11 @@ def aggregate_rows(runs: list[dict[str, Any]], measures: tuple[str, ...] = MEASU
         cells = {n: measure_cell(r["aggregates"], measure) for n, r in zip(names, runs)}
         if any(cells.values()):
             rows.append({"measure": measure, **cells})
-    for measure, key, stat in (("p50 s", "latency_s", "p50"), ("p95 s", "latency_s", "p95"), ("LLM calls/q", "llm_calls", "mean")):
+    for measure, key, stat in (("p50 s", "latency_s", "p50"), ("p95 s", "latency_s", "p95")):
         rows.append({"measure": measure, **{n: (r["aggregates"].get(key) or {}).get(stat) for n, r in zip(names, runs)}})
+    rows.append({"measure": "LLM calls/q", **{n: calls_per_question(r["aggregates"]) for n, r in zip(names, runs)}})
+    if any(cached_share(r["aggregates"]) for r in runs):  # say how much of a run the cache answered (its seconds are replayed)
+        rows.append({"measure": "share from LLM cache", **{n: cached_share(r["aggregates"]) for n, r in zip(names, runs)}})
     return rows
 
 
@@ -164,13 +188,14 @@ JUDGED_SCORES_NOTE = ("Faithfulness and context relevance are the judge's scores
                       "but are not probabilities of being right.")
 
 
-# Measured (docs/evaluation.md): bench/results/eval_agreement.json's six generated sets and bench/results/rerank_questions.json
-# (every question of the 300 paragraphs those sets were written from); a test holds these figures to the JSON.
+# Measured (docs/evaluation.md): bench/results/eval_agreement.json's six generated sets, bench/results/rerank_by_kind.json (the
+# same runs by kind of item) and bench/results/rerank_questions.json (every question of the 300 paragraphs those sets were
+# written from); tests hold these figures to the JSON.
 GENERATED_SET_RERANK_NOTE = (
     "This test set was written by an LLM from single sentences, and such sets favour the sentence-level reranker: on SQuAD dev "
-    "and new_wiki, four of six generated sets ranked rerank above plain retrieval, while people's questions about the same "
-    "paragraphs ranked it below (MRR@5 -0.028 and -0.012 over 1,564 and 1,566 questions). Check its verdict on a few questions "
-    "of your own (ragkit agreement; docs/evaluation.md).")
+    "and new_wiki, four of six generated sets ranked rerank above plain retrieval, and all six did on their paraphrase items, "
+    "while people's questions about the same paragraphs ranked it below (MRR@5 -0.028 and -0.012 over 1,564 and 1,566 "
+    "questions). Check its verdict on a few questions of your own (ragkit agreement; docs/evaluation.md).")
 
 
 def judged_scores_note(runs: list[dict[str, Any]]) -> str | None:
@@ -207,13 +232,14 @@ def markdown_report(runs: list[dict[str, Any]], quality: str = "correct") -> str
     names = run_names(runs)
     lines = [f"# ragkit report: {', '.join(names)}", "", f"Test set: `{runs[0]['run']['testset']['path']}` "
              f"(sha256 {runs[0]['run']['testset']['sha256'][:12]}…); model {runs[0]['run']['model']}.", "",
-             "| run | items | " + " | ".join(MEASURES[:-2]) + " | p50 s | p95 s | LLM calls/q |", "|" + " --- |" * (len(MEASURES) + 3)]
+             "| run | items | " + " | ".join(MEASURES[:-2]) + " | p50 s | p95 s | LLM calls/q | share from LLM cache |",
+             "|" + " --- |" * (len(MEASURES) + 4)]
     for name, run in zip(names, runs):
         agg = run["aggregates"]
         cells = [measure_cell(agg, m) or "–" for m in MEASURES[:-2]]
         latency = agg.get("latency_s") or {}
         lines.append(f"| {name} | {agg['rows']} | " + " | ".join(cells) + f" | {cell_text(latency.get('p50'))} | {cell_text(latency.get('p95'))} | "
-                     f"{cell_text((agg.get('llm_calls') or {}).get('mean'))} |")
+                     f"{cell_text(calls_per_question(agg))} | {cell_text(cached_share(agg))} |")
     for note in report_notes(runs):
         lines += ["", note]
     front = pareto_front(runs, quality)
