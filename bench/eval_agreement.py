@@ -118,6 +118,8 @@ FIRST_GENERATED = 120  # the generated items every committed set asked for; a se
 # pipeline's default LLM, the 1.5B, and a person's labels find its items valid far more often (bench/writer_model.py),
 # so a set it writes is filed under its name, beside the first, never over it.
 FIRST_WRITER = "qwen2.5-coder-0.5b"
+# Every committed generated set as (writer, items), for the scripts that read their finished runs again.
+COMMITTED_GENERATED_SETS = ((FIRST_WRITER, FIRST_GENERATED), ("qwen2.5-coder-1.5b", FIRST_GENERATED), ("qwen2.5-coder-1.5b", 240))
 
 
 def entry_writer(entry: dict) -> str:

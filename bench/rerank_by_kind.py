@@ -23,13 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from eval_agreement import FIRST_WRITER, run_folder  # noqa: E402
+from eval_agreement import COMMITTED_GENERATED_SETS, FIRST_WRITER, run_folder  # noqa: E402
 
 from ragkit.eval.compare import paired_bootstrap  # noqa: E402
 from ragkit.eval.runs import load_run  # noqa: E402
 
 SETS = ("squad_dev", "new_wiki")
-GENERATED_SETS = ((FIRST_WRITER, 120), ("qwen2.5-coder-1.5b", 120), ("qwen2.5-coder-1.5b", 240))  # every committed one
 REAL, KINDS, SEED = 240, ("single", "paraphrase", "multi"), 29
 RESULT = REPO / "bench" / "results" / "rerank_by_kind.json"
 COMMAND = ".venv/bin/python bench/rerank_by_kind.py"
@@ -63,7 +62,7 @@ def main() -> None:
             result["missing"].append(f"{set_name} real")
         else:
             entry["people"] = rerank_change(*real)
-        for writer, size in GENERATED_SETS:
+        for writer, size in COMMITTED_GENERATED_SETS:
             runs = runs_of(set_name, size, writer, "generated")
             if runs is None:
                 result["missing"].append(f"{set_name} {writer} {size}")

@@ -28,6 +28,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -71,14 +72,20 @@ def against_plain(plain: list[dict], other: list[dict]) -> dict:
     return figures
 
 
-def measure_set(name: str) -> dict:
+def indexed_parts(name: str) -> tuple[Any, dict[str, list[dict]]]:
+    """The set's index (every paragraph) and its two parts of people's questions: every question of the agreement runs'
+    300 paragraphs, and 1,000 seeded ones of the other paragraphs (where candidate rerankers are chosen)."""
     docs, chosen = sampled_paragraphs(name, PARAGRAPHS)
     chosen = set(chosen)
     index = index_documents(docs, CACHE / f"{name}_index_all-MiniLM-L6-v2")
     _, questions = load_squad_corpus(squad_file(name))
     others = [q for q in questions if q["doc_id"] not in chosen]
     random.Random(SEED).shuffle(others)
-    parts = {"agreement_paragraphs": [q for q in questions if q["doc_id"] in chosen], "other_paragraphs": others[:OTHER_QUESTIONS]}
+    return index, {"agreement_paragraphs": [q for q in questions if q["doc_id"] in chosen], "other_paragraphs": others[:OTHER_QUESTIONS]}
+
+
+def measure_set(name: str) -> dict:
+    index, parts = indexed_parts(name)
     plain_rag = AgenticRAG(Features(), config=RagConfig(), index=index)
     rerank_rag = AgenticRAG(Features(rerank=True), config=RagConfig(), index=index)
     current, weighted = Reranker(backend="bi-encoder", top_k=TOP_K), Reranker(backend="bi-encoder", top_k=TOP_K, retrieval_weight=CANDIDATE_WEIGHT)

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from eval_agreement import CACHE, FIRST_WRITER, OUT, STRATEGIES, agreement, run_folder, sampled_paragraphs  # noqa: E402
+from eval_agreement import CACHE, COMMITTED_GENERATED_SETS, FIRST_WRITER, OUT, STRATEGIES, agreement, run_folder, sampled_paragraphs  # noqa: E402
 from squad_common import run_facts  # noqa: E402
 
 from ragkit.components.reranker import Reranker  # noqa: E402
@@ -43,7 +43,6 @@ from ragkit.eval.runs import load_run  # noqa: E402
 from ragkit.eval.scoring import retrieval_scores  # noqa: E402
 
 SETS, REAL = ("squad_dev", "new_wiki"), 240
-GENERATED_SETS = ((FIRST_WRITER, 120), ("qwen2.5-coder-1.5b", 120), ("qwen2.5-coder-1.5b", 240))  # (writer, items): every committed one
 RERANKED = ("rerank", "full")
 CANDIDATE_WEIGHT, TOP_K = 2.0, 5
 RESULT = REPO / "bench" / "results" / "rerank_weight_agreement.json"
@@ -85,7 +84,7 @@ def measure_set(name: str, stored_sets: dict) -> dict:
     for s in RERANKED:
         real_after[s], real_counts[s] = reweighted(tqdm(real[s], desc=f"{name} real {s}", file=sys.stderr), index.chunks, default, candidate)
     figures: dict = {"real_rows": real_counts}
-    for writer, size in GENERATED_SETS:
+    for writer, size in COMMITTED_GENERATED_SETS:
         generated = {s: load_run(run_folder(name, size, REAL, writer, "generated", s))["rows"] for s in STRATEGIES}
         after, counts = dict(generated), {}
         for s in RERANKED:
@@ -120,7 +119,7 @@ def main() -> None:
     RESULT.write_text(json.dumps(result, indent=1) + "\n")
     for name, by_writer in result["sets"].items():
         print(name, "real rows:", by_writer["real_rows"])
-        for writer, size in GENERATED_SETS:
+        for writer, size in COMMITTED_GENERATED_SETS:
             f = by_writer[f"{writer} {size}"]
             print(f"  {writer} {size}: retrieval τ stored {f['stored_tau']}, recomputed {f['measured']['tau']} {f['measured']['interval95']}, "
                   f"weight 2 {f['retrieval_weight_2']['tau']} {f['retrieval_weight_2']['interval95']}; rows {f['generated_rows']}")

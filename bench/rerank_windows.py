@@ -23,7 +23,6 @@ every question.
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -35,14 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from eval_agreement import CACHE, sampled_paragraphs  # noqa: E402
-from rerank_questions import OTHER_QUESTIONS, PARAGRAPHS, SEED, TOP_K, against_plain, gold_measures  # noqa: E402
+from rerank_questions import TOP_K, against_plain, gold_measures, indexed_parts  # noqa: E402
 from squad_common import run_facts  # noqa: E402
 
 from ragkit.components.reranker import Reranker, fused_order, split_passage  # noqa: E402
 from ragkit.config import RagConfig  # noqa: E402
-from ragkit.eval.experiment_sets import index_documents, load_squad_corpus  # noqa: E402
-from ragkit.eval.testset import squad_file  # noqa: E402
+from ragkit.llm.generators import shared_text_embedder  # noqa: E402
 from ragkit.pipeline.engine import AgenticRAG  # noqa: E402
 from ragkit.pipeline.features import Features  # noqa: E402
 
@@ -66,19 +63,13 @@ def label(width: int, weight: float) -> str:
 
 def main() -> None:
     started = time.perf_counter()
-    docs, chosen = sampled_paragraphs(CHOOSING_SET, PARAGRAPHS)
-    chosen = set(chosen)
-    index = index_documents(docs, CACHE / f"{CHOOSING_SET}_index_all-MiniLM-L6-v2")
-    _, questions = load_squad_corpus(squad_file(CHOOSING_SET))
-    others = [q for q in questions if q["doc_id"] not in chosen]
-    random.Random(SEED).shuffle(others)  # the same 1,000 as bench/rerank_questions.py's other_paragraphs
-    asked = others[:OTHER_QUESTIONS]
+    index, parts = indexed_parts(CHOOSING_SET)
+    asked = parts["other_paragraphs"]  # the same 1,000 as bench/rerank_questions.py's
 
     plain_rag = AgenticRAG(Features(), config=RagConfig(), index=index)
     rerank_rag = AgenticRAG(Features(rerank=True), config=RagConfig(), index=index)
     reranker = Reranker(backend="bi-encoder", top_k=TOP_K)
-    reranker.warm_up()
-    embedder, vectors = reranker._embedder, reranker.sentence_cache()
+    embedder, vectors = shared_text_embedder("all-MiniLM-L6-v2"), reranker.sentence_cache()  # the reranker's own, shared
     rows: dict[str, list[dict]] = {"plain": [], **{label(w, k): [] for w in WINDOWS for k in WEIGHTS}}
     for q in tqdm(asked, desc=f"{CHOOSING_SET} other paragraphs", file=sys.stderr):
         rows["plain"].append(gold_measures([d.id for d in plain_rag.pause_before(q["question"], "answer_prompt").inputs["documents"]], q["doc_id"]))
@@ -98,7 +89,7 @@ def main() -> None:
         "command": COMMAND, "set": CHOOSING_SET, "part": "other_paragraphs", "questions": len(asked), "top_k": TOP_K,
         "rerank_candidates": Features().rerank_candidates,
         "rule": "candidate only if the MRR@5 change against plain has a 95% interval entirely above 0; the largest such change",
-        "plain": {m: round(sum(r[m] for r in rows["plain"]) / len(asked), 4) for m in ("mrr@5", "r@1", "r@5")},
+        "default": label(1, 1.0), "plain": {m: round(sum(r[m] for r in rows["plain"]) / len(asked), 4) for m in ("mrr@5", "r@1", "r@5")},
         "variants": variants, "chosen": max(helping, key=helping.get) if helping else None,
         "seconds": round(time.perf_counter() - started, 1), "run": run_facts(),
     }

@@ -90,7 +90,7 @@ def rerank_windows_table(d: dict) -> str:
              "| --- | --- | --- | --- | --- |"]
     for name, f in d["variants"].items():
         cells = " | ".join(f"{f[m]['change']:+.3f} [{f[m]['interval95'][0]:+.3f}, {f[m]['interval95'][1]:+.3f}]" for m in ("mrr@5", "r@1", "r@5"))
-        lines.append(f"| {name}{' (today: the default)' if name.startswith('best 1-') and name.endswith(' 1') else ''} | {cells} | {f['worse']} / {f['better']} |")
+        lines.append(f"| {name}{' (today: the default)' if name == d['default'] else ''} | {cells} | {f['worse']} / {f['better']} |")
     return "\n".join(lines)
 
 
@@ -104,7 +104,8 @@ def rerank_by_kind_table(d: dict) -> str:
 
     for name, entry in d["sets"].items():
         for source, figures in entry.items():
-            shown = f"people's {d['real_questions']}" if source == "people" else f"{source.split()[1]} by the {source.split()[0].replace('qwen2.5-coder-', '')}"
+            writer, _, items = source.partition(" ")
+            shown = f"people's {d['real_questions']}" if source == "people" else f"{items} by the {writer_size(writer)}"
             parts = {"all": figures} if source == "people" else figures
             lines.append(f"| {name} | {shown} | " + " | ".join(cell(parts.get(kind)) for kind in kinds) + " |")
     return "\n".join(lines)
